@@ -1,0 +1,368 @@
+"""Regex -> token automaton: compiled once (expensive, cached), walked per request (cheap).
+
+outlines-core builds the token-level index; we keep it as flat numpy arrays (CSR: for each state
+the allowed token ids, sorted, and the state each leads to) plus, per state, the fewest tokens
+still needed to reach acceptance. Those distances are what let a processor close the output
+before the budget runs out. Compiled automata are cached in memory (LRU by bytes) and on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+from outlines_core import Index, Vocabulary
+
+from .errors import CompileError
+from .vocabulary import Vocab
+
+FORMAT_VERSION = 1
+UNREACHABLE = np.iinfo(np.int32).max // 2
+DEFAULT_MEMORY_BYTES = 1 << 30
+DEFAULT_MASK_BYTES = 512 << 20
+MAX_REGEX_CHARS = 2_000_000
+
+
+def cache_dir() -> Path | None:
+    """Where compiled automata persist; ``TOOLGATE_CACHE_DIR=off`` disables the disk cache."""
+    value = os.environ.get("TOOLGATE_CACHE_DIR")
+    if value == "off":
+        return None
+    if value:
+        return Path(value)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mlx-toolgate"
+
+
+@dataclass(eq=False)
+class Automaton:
+    """A token automaton: dense states 0..n-1, state 0 is the initial one."""
+
+    offsets: np.ndarray  # int64 (n+1,): state s owns tokens[offsets[s]:offsets[s+1]]
+    tokens: np.ndarray  # int32, sorted within each state
+    targets: np.ndarray  # int32, the state each token leads to
+    final: np.ndarray  # bool (n,)
+    dist: np.ndarray  # int32 (n,): fewest tokens to acceptance, UNREACHABLE if none
+    key: str = ""
+
+    @property
+    def num_states(self) -> int:
+        return len(self.final)
+
+    @property
+    def min_tokens(self) -> int:
+        """The fewest tokens of any accepted output (EOS not counted)."""
+        return int(self.dist[0])
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.offsets, self.tokens, self.targets, self.final, self.dist))
+
+    def next_state(self, state: int, token: int) -> int:
+        """The state after ``token``, or -1 when the token is not allowed."""
+        lo, hi = self.offsets[state], self.offsets[state + 1]
+        i = lo + np.searchsorted(self.tokens[lo:hi], token)
+        if i < hi and self.tokens[i] == token:
+            return int(self.targets[i])
+        return -1
+
+    def successors_within(self, state: int, budget: int) -> np.ndarray:
+        """Token ids allowed in ``state`` whose next state can still finish in ``budget`` tokens."""
+        lo, hi = self.offsets[state], self.offsets[state + 1]
+        ok = self.dist[self.targets[lo:hi]] <= budget
+        return self.tokens[lo:hi][ok]
+
+    def walk(self, token_ids: list[int], state: int = 0) -> int:
+        """Follow ``token_ids`` from ``state``; -1 once a token is not allowed."""
+        for t in token_ids:
+            state = self.next_state(state, t)
+            if state < 0:
+                return -1
+        return state
+
+    @property
+    def max_target_dist(self) -> np.ndarray:
+        """Per state, the largest finite distance among its successors (mask cache key cap)."""
+        d = self.dist[self.targets]
+        d = np.where(d >= UNREACHABLE, -1, d)
+        out = np.full(self.num_states, -1, dtype=np.int64)
+        counts = np.diff(self.offsets)
+        nonempty = counts > 0
+        out[nonempty] = np.maximum.reduceat(d, self.offsets[:-1][nonempty]) if d.size else -1
+        return out
+
+
+def _distances(offsets: np.ndarray, targets: np.ndarray, final: np.ndarray) -> np.ndarray:
+    """Reverse breadth-first search from the accepting states over the state graph."""
+    n = len(final)
+    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+    edges = np.unique(src * n + targets.astype(np.int64))
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for s, t in zip((edges // n).tolist(), (edges % n).tolist()):
+        preds[t].append(s)
+    dist = np.full(n, UNREACHABLE, dtype=np.int32)
+    frontier = np.flatnonzero(final).tolist()
+    dist[frontier] = 0
+    d = 0
+    while frontier:
+        d += 1
+        nxt = []
+        for t in frontier:
+            for s in preds[t]:
+                if dist[s] == UNREACHABLE:
+                    dist[s] = d
+                    nxt.append(s)
+        frontier = nxt
+    return dist
+
+
+_OUTLINES_VOCABS: dict[str, Vocabulary] = {}
+_OUTLINES_LOCK = threading.Lock()
+
+
+def _outlines_vocabulary(vocab: Vocab) -> Vocabulary:
+    with _OUTLINES_LOCK:
+        ov = _OUTLINES_VOCABS.get(vocab.fingerprint)
+        if ov is None:
+            ov = Vocabulary(vocab.eos_ids[0], vocab.outlines_map)
+            _OUTLINES_VOCABS[vocab.fingerprint] = ov
+        return ov
+
+
+def _build(regex: str, vocab: Vocab, key: str) -> Automaton:
+    try:
+        index = Index(regex, _outlines_vocabulary(vocab))
+    except Exception as e:  # outlines-core raises plain ValueError/RuntimeError on regex trouble
+        raise CompileError(f"cannot build a token automaton for this regex: {e}") from None
+    table = index.get_transitions()
+    init = index.get_initial_state()
+    finals = set(index.get_final_states())
+    order = [init] + sorted(s for s in table.keys() | finals if s != init)
+    dense = {s: i for i, s in enumerate(order)}
+    eos = set(vocab.eos_ids)
+    counts = np.zeros(len(order) + 1, dtype=np.int64)
+    tok_parts, tgt_parts = [], []
+    for i, s in enumerate(order):
+        row = table.get(s, {})
+        toks = np.fromiter((t for t in row if t not in eos), dtype=np.int32)
+        tgts = np.fromiter((dense[row[t]] for t in toks.tolist()), dtype=np.int32, count=len(toks))
+        order_idx = np.argsort(toks, kind="stable")
+        tok_parts.append(toks[order_idx])
+        tgt_parts.append(tgts[order_idx])
+        counts[i + 1] = len(toks)
+    offsets = np.cumsum(counts)
+    tokens = np.concatenate(tok_parts) if tok_parts else np.zeros(0, np.int32)
+    targets = np.concatenate(tgt_parts) if tgt_parts else np.zeros(0, np.int32)
+    final = np.array([s in finals for s in order], dtype=bool)
+    dist = _distances(offsets, targets, final)
+    if dist[0] >= UNREACHABLE:
+        raise CompileError("the regex accepts no string this vocabulary can produce")
+    return Automaton(offsets, tokens, targets, final, dist, key)
+
+
+def _save(path: Path, a: Automaton) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(
+                f,
+                version=np.array(FORMAT_VERSION),
+                key=np.array(a.key),
+                offsets=a.offsets,
+                tokens=a.tokens,
+                targets=a.targets,
+                final=a.final,
+                dist=a.dist,
+            )
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _load(path: Path, key: str) -> Automaton | None:
+    """A cached automaton, or None when the file is missing, corrupt or for another key."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if int(z["version"]) != FORMAT_VERSION or str(z["key"]) != key:
+                return None
+            a = Automaton(z["offsets"], z["tokens"], z["targets"], z["final"], z["dist"], key)
+    except Exception:
+        return None
+    n = len(a.final)
+    ok = (
+        n > 0
+        and a.offsets.shape == (n + 1,)
+        and a.offsets[0] == 0
+        and a.offsets[-1] == len(a.tokens) == len(a.targets)
+        and a.dist.shape == (n,)
+        and (len(a.targets) == 0 or (a.targets.min() >= 0 and a.targets.max() < n))
+    )
+    return a if ok else None
+
+
+def _child_build(regex: str, vocab: Vocab, key: str, path: str, conn) -> None:
+    try:
+        _save(Path(path), _build(regex, vocab, key))
+        conn.send(None)
+    except BaseException as e:  # report, never hang the parent
+        conn.send(f"{type(e).__name__}: {e}")
+
+
+def _build_bounded(regex: str, vocab: Vocab, key: str, timeout: float) -> Automaton:
+    """Build in a forked child so a runaway compile can be killed without harming this process."""
+    ctx = multiprocessing.get_context("fork")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "a.npz")
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_child_build, args=(regex, vocab, key, path, child), daemon=True)
+        proc.start()
+        child.close()
+        try:
+            if not parent.poll(timeout):
+                raise CompileError(f"compiling took longer than the {timeout:g} s limit")
+            message = parent.recv()
+        except EOFError:
+            message = "compiler process died"
+        finally:
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+            parent.close()
+        if message is not None:
+            raise CompileError(message)
+        a = _load(Path(path), key)
+        if a is None:
+            raise CompileError("compiler process produced no automaton")
+        return a
+
+
+class _LRU:
+    """A thread-safe LRU bounded by the bytes of its values."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.items: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, key):
+        with self.lock:
+            value = self.items.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self.items.move_to_end(key)
+            return value[0]
+
+    def put(self, key, value, size: int) -> None:
+        with self.lock:
+            if key in self.items:
+                return
+            self.items[key] = (value, size)
+            self.bytes += size
+            while self.bytes > self.max_bytes and len(self.items) > 1:
+                _, (_, old) = self.items.popitem(last=False)
+                self.bytes -= old
+
+    def clear(self) -> None:
+        with self.lock:
+            self.items.clear()
+            self.bytes = 0
+
+
+AUTOMATA = _LRU(DEFAULT_MEMORY_BYTES)
+_KEY_LOCKS: dict[str, threading.Lock] = {}
+_KEY_LOCKS_GUARD = threading.Lock()
+
+
+def automaton_key(regex: str, vocab: Vocab) -> str:
+    h = hashlib.sha256(f"{FORMAT_VERSION}\0{vocab.fingerprint}\0{regex}".encode())
+    return h.hexdigest()[:32]
+
+
+def compile_regex(regex: str, vocab: Vocab, *, timeout: float | None = None) -> Automaton:
+    """The token automaton for ``regex``: from memory, from disk, or built (bounded by ``timeout`` s)."""
+    if len(regex) > MAX_REGEX_CHARS:
+        raise CompileError(f"regex of {len(regex)} characters exceeds the {MAX_REGEX_CHARS} limit")
+    key = automaton_key(regex, vocab)
+    found = AUTOMATA.get(key)
+    if found is not None:
+        return found
+    with _KEY_LOCKS_GUARD:
+        lock = _KEY_LOCKS.setdefault(key, threading.Lock())
+    with lock:  # one build per key even when many threads ask at once
+        found = AUTOMATA.get(key)
+        if found is not None:
+            return found
+        folder = cache_dir()
+        path = folder / f"{key}.npz" if folder else None
+        a = _load(path, key) if path else None
+        if a is None:
+            a = _build(regex, vocab, key) if timeout is None else _build_bounded(regex, vocab, key, timeout)
+            if path:
+                try:
+                    _save(path, a)
+                except OSError:
+                    pass  # a read-only or full cache folder only costs a rebuild next time
+        AUTOMATA.put(key, a, a.nbytes)
+    with _KEY_LOCKS_GUARD:
+        _KEY_LOCKS.pop(key, None)
+    return a
+
+
+class MaskTable:
+    """Additive float32 masks (0 allowed, -inf banned) per (state, budget cap), deduplicated."""
+
+    def __init__(self, automaton: Automaton, vocab: Vocab, width: int, max_bytes: int = DEFAULT_MASK_BYTES):
+        self.a = automaton
+        self.vocab = vocab
+        self.width = width
+        self.cap = automaton.max_target_dist
+        self.by_key: dict[tuple[int, int], bytes] = {}
+        self.by_content = _LRU(max_bytes)
+        self.lock = threading.Lock()
+        eos = [i for i in vocab.eos_ids if i < width]
+        self.eos = np.asarray(eos, dtype=np.int64)
+        self.eos_only = self._make(self.eos[:1])
+
+    def allowed(self, state: int, left: int) -> np.ndarray:
+        """Token ids allowed in ``state`` with ``left`` tokens still to generate (this one included)."""
+        ids = self.a.successors_within(state, left - 1) if left > 0 else self.a.tokens[:0]
+        ids = ids[ids < self.width]
+        if self.a.final[state]:
+            ids = np.concatenate([ids, self.eos])
+        return ids
+
+    def mask(self, state: int, left: int) -> mx.array:
+        key = (state, int(min(left - 1, self.cap[state])))
+        digest = self.by_key.get(key)
+        m = self.by_content.get(digest) if digest is not None else None
+        if m is not None:
+            return m
+        ids = self.allowed(state, left)
+        if len(ids) == 0:
+            return self.eos_only
+        digest = hashlib.blake2b(ids.astype(np.int32).tobytes(), digest_size=16).digest()
+        m = self.by_content.get(digest)
+        if m is None:
+            m = self._make(ids)
+            self.by_content.put(digest, m, self.width * 4)
+        with self.lock:
+            self.by_key[key] = digest
+        return m
+
+    def _make(self, ids: np.ndarray) -> mx.array:
+        m = np.full(self.width, -np.inf, dtype=np.float32)
+        m[ids] = 0.0
+        return mx.array(m)

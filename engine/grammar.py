@@ -1,0 +1,119 @@
+"""Compile once, match per request: a Grammar is the cached, shareable half."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from .automaton import Automaton, MaskTable, compile_regex
+from .errors import SchemaError
+from .processor import LogitsProcessor
+from .schema import WHITESPACE, schema_to_regex
+from .vocabulary import Vocab, build_vocab
+
+
+@dataclass(eq=False)
+class Grammar:
+    """A compiled constraint: the token automaton plus what to check after generation."""
+
+    vocab: Vocab
+    automaton: Automaton
+    regex: str
+    schema: Any = None
+    unenforced: list[tuple[str, str]] = field(default_factory=list)  # (JSON pointer, keyword)
+    _tables: dict[int, MaskTable] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def min_tokens(self) -> int:
+        """The fewest tokens of any valid output (EOS not counted)."""
+        return self.automaton.min_tokens
+
+    def processor(self, max_tokens: int) -> LogitsProcessor:
+        """A fresh per-request processor; raises BudgetError below ``min_tokens``."""
+        return LogitsProcessor(self, max_tokens)
+
+    def mask_table(self, width: int) -> MaskTable:
+        with self._lock:
+            table = self._tables.get(width)
+            if table is None:
+                table = self._tables[width] = MaskTable(self.automaton, self.vocab, width)
+            return table
+
+    def validate(self, text: str) -> tuple[Any, list[str]]:
+        """Parse ``text`` as JSON and check it against the schema: (value, error messages)."""
+        try:
+            value = json.loads(text)
+        except ValueError as e:
+            return None, [f"not JSON: {e}"]
+        if self.schema is None:
+            return value, []
+        validator = jsonschema.validators.validator_for(self.schema, default=jsonschema.Draft202012Validator)
+        errors = [f"{'/'.join(map(str, e.absolute_path)) or '#'}: {e.message}" for e in validator(self.schema).iter_errors(value)]
+        return value, errors
+
+
+_GRAMMARS: OrderedDict[tuple, Grammar] = OrderedDict()
+_GRAMMARS_LOCK = threading.Lock()
+MAX_GRAMMARS = 256
+
+
+def _cached(key: tuple, build) -> Grammar:
+    with _GRAMMARS_LOCK:
+        g = _GRAMMARS.get(key)
+        if g is not None:
+            _GRAMMARS.move_to_end(key)
+            return g
+    g = build()
+    with _GRAMMARS_LOCK:
+        g = _GRAMMARS.setdefault(key, g)
+        while len(_GRAMMARS) > MAX_GRAMMARS:
+            _GRAMMARS.popitem(last=False)
+    return g
+
+
+def compile_regex_grammar(tokenizer: Any, regex: str, *, timeout: float | None = None) -> Grammar:
+    """A Grammar for a raw regex over the output text (special tokens via ``vocab.symbol``)."""
+    vocab = build_vocab(tokenizer)
+    return _cached(("regex", vocab.fingerprint, regex),
+                   lambda: Grammar(vocab, compile_regex(regex, vocab, timeout=timeout), regex))
+
+
+def compile_json_schema(
+    tokenizer: Any,
+    schema: Any,
+    *,
+    whitespace: str = WHITESPACE,
+    strict: bool = True,
+    max_depth: int = 3,
+    timeout: float | None = None,
+) -> Grammar:
+    """Compile a JSON schema (dict, bool or JSON text) for ``tokenizer``; cached.
+
+    ``strict`` (default) raises SchemaError for any keyword the mask cannot enforce; with
+    ``strict=False`` such keywords are listed in ``grammar.unenforced`` and checked after
+    generation. ``timeout`` (seconds) bounds the automaton build.
+    """
+    if isinstance(schema, (str, bytes)):
+        try:
+            schema = json.loads(schema)
+        except ValueError as e:
+            raise SchemaError(f"schema is not valid JSON: {e}") from None
+    try:
+        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
+    except jsonschema.SchemaError as e:
+        pointer = "#/" + "/".join(map(str, e.absolute_path))
+        raise SchemaError(f"not a valid JSON schema: {e.message}", pointer=pointer, keyword=str(e.validator)) from None
+    vocab = build_vocab(tokenizer)
+    key = ("schema", vocab.fingerprint, json.dumps(schema, sort_keys=True), whitespace, strict, max_depth)
+
+    def build() -> Grammar:
+        t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth)
+        return Grammar(vocab, compile_regex(t.regex, vocab, timeout=timeout), t.regex, schema, t.unenforced)
+
+    return _cached(key, build)

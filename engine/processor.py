@@ -1,0 +1,102 @@
+"""The per-request logits processor: walks the automaton and masks what cannot stay valid."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import mlx.core as mx
+
+from .errors import BudgetError, GenerationError
+
+if TYPE_CHECKING:
+    from .grammar import Grammar
+
+# How many already-consumed positions are re-read each call, so a caller that trims and
+# replaces recent tokens (speculative decoding) is followed rather than trusted.
+LOOKBACK = 8
+
+
+class LogitsProcessor:
+    """One request's state over a compiled Grammar, for mlx-lm's ``logits_processors``.
+
+    mlx-lm calls ``processor(tokens, logits)`` where ``tokens`` holds the (uncached) prompt on
+    the first call and grows by the sampled tokens after that; it builds step n+1 before it
+    yields token n and calls once more than ``max_tokens``. We therefore track positions:
+    the first call fixes where the output starts, every later call advances over exactly the
+    tokens past what was consumed, and a call past the budget just allows EOS.
+    """
+
+    def __init__(self, grammar: Grammar, max_tokens: int) -> None:
+        if max_tokens < grammar.min_tokens:
+            raise BudgetError(
+                f"max_tokens={max_tokens} cannot hold the shortest valid output, "
+                f"which needs {grammar.min_tokens} tokens"
+            )
+        self.grammar = grammar
+        self.max_tokens = max_tokens
+        self.base: int | None = None
+        self.consumed: list[int] = []
+        self.states = [0]
+        self.ended = False
+        self.table = None
+
+    @property
+    def state(self) -> int:
+        return self.states[-1]
+
+    @property
+    def accepting(self) -> bool:
+        """True when the output so far is complete and valid."""
+        return bool(self.grammar.automaton.final[self.state])
+
+    def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
+        if self.table is None or self.table.width != logits.shape[-1]:
+            self.table = self.grammar.mask_table(logits.shape[-1])
+        tokens = tokens.reshape(-1)
+        length = tokens.shape[0]
+        if self.base is None:
+            self.base = length
+        else:
+            self._follow(tokens, length)
+        if self.ended:
+            return logits + self.table.eos_only
+        return logits + self.table.mask(self.state, self.max_tokens - len(self.consumed))
+
+    def _follow(self, tokens: mx.array, length: int) -> None:
+        produced = length - self.base
+        if produced < 0:
+            raise GenerationError("the token history is shorter than the prompt this processor started on")
+        keep = max(0, min(len(self.consumed), produced) - LOOKBACK)
+        fresh = tokens[self.base + keep:].tolist() if produced > keep else []
+        for i, t in enumerate(fresh):
+            if keep + i < len(self.consumed) and self.consumed[keep + i] == t:
+                continue
+            self._rollback(keep + i)
+            self.advance(t)
+        if produced < len(self.consumed):
+            self._rollback(produced)
+
+    def _rollback(self, n: int) -> None:
+        if n < len(self.consumed):
+            del self.consumed[n:]
+            del self.states[n + 1:]
+            self.ended = False
+
+    def advance(self, token: int) -> None:
+        """Consume one generated token; raises GenerationError if the automaton forbids it."""
+        a = self.grammar.automaton
+        if self.ended:
+            raise GenerationError(f"token {token} arrived after the output had ended")
+        if token in self.grammar.vocab.eos_ids:
+            if not a.final[self.state]:
+                raise GenerationError(f"end-of-sequence token {token} before the output was complete")
+            self.ended = True
+            nxt = self.state
+        else:
+            nxt = a.next_state(self.state, token)
+            if nxt < 0:
+                raise GenerationError(
+                    f"token {token} ({self.grammar.vocab.decode_bytes([token])!r}) is not allowed here"
+                )
+        self.consumed.append(token)
+        self.states.append(nxt)

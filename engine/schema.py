@@ -1,0 +1,775 @@
+"""JSON Schema -> regex (Rust regex syntax, as outlines-core reads it).
+
+Our own translator rather than outlines-core's: it enforces what it claims (numeric bounds,
+lengths, item counts, \\u escapes), refuses what it cannot enforce by naming the keyword and its
+JSON pointer, and keeps private-use symbols (special tokens) out of strings.
+
+Output shape rules (what "valid output" looks like, and how test instances are compared):
+object properties appear in the schema's order, at most once each; optional whitespace is
+``whitespace`` (default ``[ ]?``) between structural characters; enum/const objects and arrays
+are written compactly. Strict mode (the default) raises SchemaError for any keyword the regex
+does not enforce; lenient mode records it in ``Translation.unenforced`` instead, and results are
+then checked with ``jsonschema`` after generation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import jsonschema
+
+from .errors import SchemaError
+
+try:
+    import re._parser as sre_parse  # Python 3.11+
+    import re._constants as sre_const
+except ImportError:  # pragma: no cover
+    import sre_constants as sre_const
+    import sre_parse
+
+WHITESPACE = r"[ ]?"
+STRING_CHAR = r'(?:[^"\\\x00-\x1F\x{E000}-\x{EFFF}]|\\["\\/bfnrt]|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))'
+# What a pattern's `.` matches: any character but a newline (so no \n and no \u escapes).
+PATTERN_ANY = r'(?:[^"\\\x00-\x1F\x{E000}-\x{EFFF}]|\\["\\/bfrt])'
+INTEGER = r"-?(?:0|[1-9][0-9]*)"
+FRACTION = r"(?:\.[0-9]+)?"
+EXPONENT = r"(?:[eE][+-]?[0-9]+)?"
+NUMBER = INTEGER + FRACTION + EXPONENT
+BOOLEAN = r"(?:true|false)"
+NULL = r"null"
+
+FORMATS = {
+    "date": r'"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"',
+    "time": r'"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"',
+    "date-time": r'"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])[T ](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"',
+    "uuid": r'"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"',
+    "ipv4": r'"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"',
+    "email": r'"[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){1,4}"',
+    "hostname": r'"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,8}"',
+    "uri": r'"[A-Za-z][A-Za-z0-9+.-]{0,15}:[A-Za-z0-9\-._~:/?#\[\]@!$&\x27()*+,;=%]{1,200}"',
+}
+
+# Keywords that describe or organise a schema without constraining instances.
+ANNOTATIONS = {
+    "title", "description", "default", "examples", "example", "$schema", "$id", "id", "$comment",
+    "deprecated", "readOnly", "writeOnly", "definitions", "$defs", "contentMediaType",
+    "contentEncoding", "$anchor", "markdownDescription", "enumDescriptions", "x-examples",
+    "discriminator", "xml", "externalDocs", "nullable", "errorMessage", "additionalItems_doc",
+}
+
+TYPE_KEYWORDS = {
+    "string": {"minLength", "maxLength", "pattern", "format"},
+    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
+    "array": {"items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains", "additionalItems"},
+    "object": {"properties", "required", "additionalProperties", "minProperties", "maxProperties",
+               "patternProperties", "propertyNames", "dependencies", "dependentRequired"},
+}
+TYPE_KEYWORDS["integer"] = TYPE_KEYWORDS["number"]
+ALL_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+
+
+@dataclass
+class Options:
+    whitespace: str = WHITESPACE
+    strict: bool = True
+    max_depth: int = 3  # how deep recursive $refs and untyped values nest
+    max_repeat: int = 256  # the largest bound on lengths/item counts written into the regex
+
+
+@dataclass
+class Translation:
+    regex: str
+    unenforced: list[tuple[str, str]] = field(default_factory=list)  # (pointer, keyword)
+
+
+def _escape(text: str) -> str:
+    return "".join("\\" + c if c in r"\.+*?()|[]{}^$#&-~" else c for c in text)
+
+
+def _json_literal(value: Any) -> str:
+    return _escape(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def _alt(parts: list[str]) -> str:
+    parts = list(dict.fromkeys(parts))
+    return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+
+def _ptr(pointer: str, *parts: Any) -> str:
+    return pointer + "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+# ---- integer and number ranges ----
+
+def _digits_range(lo: str, hi: str) -> str:
+    """Regex for decimal strings of equal length between ``lo`` and ``hi`` inclusive."""
+    if not lo:
+        return ""
+    if lo == hi:
+        return lo
+    a, b, rest = int(lo[0]), int(hi[0]), len(lo) - 1
+    if lo[1:] == "0" * rest and hi[1:] == "9" * rest:
+        head = str(a) if a == b else f"[{a}-{b}]"
+        return head + (f"[0-9]{{{rest}}}" if rest else "")
+    if a == b:
+        return lo[0] + _digits_range(lo[1:], hi[1:])
+    parts = [lo[0] + _digits_range(lo[1:], "9" * rest)]
+    if b - a > 1:
+        parts.append((f"[{a + 1}-{b - 1}]" if b - a > 2 else str(a + 1)) + (f"[0-9]{{{rest}}}" if rest else ""))
+    parts.append(hi[0] + _digits_range("0" * rest, hi[1:]))
+    return _alt(parts)
+
+
+def _nonneg_int_range(lo: int, hi: int | None) -> str:
+    """Regex for integers lo..hi (hi None: unbounded), lo >= 0, no leading zeros."""
+    parts = []
+    top = hi if hi is not None else 10 ** len(str(lo)) - 1
+    for n in range(len(str(lo)), len(str(top)) + 1):
+        a = max(lo, 10 ** (n - 1) if n > 1 else 0)
+        b = min(top, 10**n - 1)
+        if a <= b:
+            parts.append(_digits_range(str(a), str(b)))
+    if hi is None:
+        parts.append(f"[1-9][0-9]{{{len(str(lo))},}}")
+    return _alt(parts)
+
+
+def _int_range(lo: int | None, hi: int | None) -> str:
+    parts = []
+    if hi is None or hi >= 0:
+        parts.append(_nonneg_int_range(max(lo, 0) if lo is not None else 0, hi))
+    if lo is None or lo < 0:
+        mag_lo = max(1, -hi) if hi is not None else 1
+        parts.append("-" + _nonneg_int_range(mag_lo, -lo if lo is not None else None))
+    return _alt(parts)
+
+
+def _nonneg_number(lo: int, lo_incl: bool, hi: int | None, hi_incl: bool) -> str | None:
+    """Decimal numbers x >= 0 with lo <=/< x <=/< hi (integer bounds); None when empty."""
+    any_frac, zero_frac, pos_frac = r"(?:\.[0-9]+)?", r"(?:\.0+)?", r"\.[0-9]*[1-9][0-9]*"
+    if hi is not None and (hi < lo or (hi == lo and not (lo_incl and hi_incl))):
+        return None
+    if hi is not None and hi == lo:
+        return str(lo) + zero_frac
+    parts = [str(lo) + (any_frac if lo_incl else pos_frac)]
+    if hi is None or hi - 1 >= lo + 1:
+        parts.append(_nonneg_int_range(lo + 1, None if hi is None else hi - 1) + any_frac)
+    if hi is not None and hi_incl:
+        parts.append(str(hi) + zero_frac)
+    return _alt(parts)
+
+
+def _number_range(lo, lo_incl, hi, hi_incl) -> str | None:
+    parts = []
+    if hi is None or hi > 0 or (hi == 0 and hi_incl):
+        start, start_incl = (0, True) if lo is None or lo < 0 else (lo, lo_incl)
+        p = _nonneg_number(start, start_incl, hi, hi_incl)
+        if p:
+            parts.append(p)
+    if lo is None or lo < 0:
+        # magnitudes of the negative side: -x in (max(0,-hi) .. -lo)
+        mlo, mlo_incl = (0, False) if hi is None or hi >= 0 else (-hi, hi_incl)
+        p = _nonneg_number(mlo, mlo_incl, None if lo is None else -lo, lo_incl)
+        if p:
+            parts.append("-" + p)
+    return _alt(parts) if parts else None
+
+
+class _Translator:
+    def __init__(self, root: Any, options: Options) -> None:
+        self.root = root
+        self.o = options
+        self.ws = options.whitespace
+        self.unenforced: list[tuple[str, str]] = []
+        self.ref_depth = 0
+
+    def skip(self, pointer: str, keyword: str, why: str) -> None:
+        if self.o.strict:
+            raise SchemaError(why, pointer=pointer, keyword=keyword)
+        self.unenforced.append((pointer, keyword))
+
+    # ---- dispatch ----
+
+    def value(self, s: Any, p: str) -> str:
+        if s is True or s == {}:
+            return self.any_value(self.o.max_depth, p)
+        if s is False:
+            raise SchemaError("the schema `false` accepts nothing", pointer=p, keyword="false")
+        if not isinstance(s, dict):
+            raise SchemaError(f"a schema must be an object or a boolean, not {type(s).__name__}", pointer=p)
+        if "$ref" in s:
+            return self.ref(s, p)
+        if "allOf" in s:
+            return self.value(self.merge_all_of(s, p), p)
+        if "anyOf" in s or "oneOf" in s:
+            return self.choice(s, p)
+        for k in ("not", "if", "then", "else", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems"):
+            if k in s:
+                self.skip(p, k, "this keyword cannot be expressed by the token mask")
+        if "const" in s:
+            return self.literal([s["const"]], s, p, "const")
+        if "enum" in s:
+            if not isinstance(s["enum"], list) or not s["enum"]:
+                raise SchemaError("enum must be a non-empty array", pointer=p, keyword="enum")
+            return self.literal(s["enum"], s, p, "enum")
+        return _alt([self.typed(t, s, p) for t in self.types(s, p)])
+
+    def types(self, s: dict, p: str) -> list[str]:
+        t = s.get("type")
+        if t is None:
+            implied = [name for name, kws in TYPE_KEYWORDS.items() if name != "integer" and kws & s.keys()]
+            return implied or ["object", "array", "string", "number", "boolean", "null"]
+        ts = [t] if isinstance(t, str) else t
+        if not isinstance(ts, list) or not ts or any(x not in ALL_TYPES for x in ts):
+            raise SchemaError(f"unknown type {t!r}", pointer=p, keyword="type")
+        if "integer" in ts and "number" in ts:
+            ts = [x for x in ts if x != "integer"]
+        return list(dict.fromkeys(ts))
+
+    def typed(self, t: str, s: dict, p: str) -> str:
+        if t == "string":
+            return self.string(s, p)
+        if t in ("number", "integer"):
+            return self.number(s, p, t == "integer")
+        if t == "boolean":
+            return BOOLEAN
+        if t == "null":
+            return NULL
+        if t == "array":
+            return self.array(s, p)
+        return self.object(s, p)
+
+    # ---- combinators ----
+
+    def ref(self, s: dict, p: str) -> str:
+        ref = s["$ref"]
+        target = self.value_target(ref, p)
+        siblings = {k: v for k, v in s.items() if k != "$ref" and k not in ANNOTATIONS}
+        if siblings:
+            target = {"allOf": [target, siblings]}
+        if self.ref_depth >= self.o.max_depth:
+            raise _TooDeep()
+        self.ref_depth += 1
+        try:
+            return self.value(target, ref)
+        finally:
+            self.ref_depth -= 1
+
+    def merge_all_of(self, s: dict, p: str) -> dict:
+        subs = s["allOf"]
+        if not isinstance(subs, list) or not subs:
+            raise SchemaError("allOf must be a non-empty array", pointer=p, keyword="allOf")
+        merged = {k: v for k, v in s.items() if k != "allOf"}
+        closed: list[set] = []  # property sets of branches that forbid other properties
+        if merged.get("additionalProperties", True) is not True:
+            closed.append(set(merged.get("properties", {})))
+        for i, sub in enumerate(subs):
+            while isinstance(sub, dict) and "$ref" in sub and len(sub) == 1:
+                sub = self.value_target(sub["$ref"], _ptr(p, "allOf", i))
+            if sub is True:
+                continue
+            if not isinstance(sub, dict):
+                raise SchemaError("the schema `false` accepts nothing", pointer=_ptr(p, "allOf", i), keyword="allOf")
+            if "allOf" in sub:
+                sub = self.merge_all_of(sub, _ptr(p, "allOf", i))
+            if sub.get("additionalProperties", True) is not True:
+                closed.append(set(sub.get("properties", {})))
+            for k, v in sub.items():
+                if k in ANNOTATIONS:
+                    continue
+                if k not in merged:
+                    merged[k] = v
+                elif k == "properties":
+                    props = dict(merged[k])
+                    for name, ps in v.items():
+                        props[name] = {"allOf": [props[name], ps]} if name in props else ps
+                    merged[k] = props
+                elif k == "required":
+                    merged[k] = list(dict.fromkeys([*merged[k], *v]))
+                elif k == "type":
+                    a = {merged[k]} if isinstance(merged[k], str) else set(merged[k])
+                    b = {v} if isinstance(v, str) else set(v)
+                    both = (a & b) | ({"integer"} if "integer" in a | b and "number" in a | b else set())
+                    if not both:
+                        raise SchemaError("allOf branches require different types", pointer=p, keyword="allOf")
+                    merged[k] = sorted(both)
+                elif k in ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"):
+                    merged[k] = max(merged[k], v)
+                elif k in ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"):
+                    merged[k] = min(merged[k], v)
+                elif merged[k] != v:
+                    self.skip(_ptr(p, "allOf", i), k, "allOf branches disagree on this keyword")
+        names = set(merged.get("properties", {}))
+        if any(names - c for c in closed):
+            self.skip(p, "additionalProperties", "a branch of allOf forbids properties another adds")
+        return merged
+
+    def value_target(self, ref: Any, p: str) -> Any:
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            raise SchemaError(f"only local references are supported, not {ref!r}", pointer=p, keyword="$ref")
+        target: Any = self.root
+        for part in ref[1:].split("/"):
+            if not part:
+                continue
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(target, dict) and part in target:
+                target = target[part]
+            elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+                target = target[int(part)]
+            else:
+                raise SchemaError(f"reference {ref!r} points to nothing", pointer=p, keyword="$ref")
+        return target
+
+    def choice(self, s: dict, p: str) -> str:
+        kw = "anyOf" if "anyOf" in s else "oneOf"
+        branches = s[kw]
+        if not isinstance(branches, list) or not branches:
+            raise SchemaError(f"{kw} must be a non-empty array", pointer=p, keyword=kw)
+        base = {k: v for k, v in s.items() if k not in (kw, *ANNOTATIONS)}
+        if "anyOf" in s and "oneOf" in s:
+            self.skip(p, "oneOf", "oneOf beside anyOf is not enforced")
+            base.pop("oneOf")
+        parts = []
+        for i, b in enumerate(branches):
+            sub = {"allOf": [base, b]} if base else b
+            try:
+                parts.append(self.value(sub, _ptr(p, kw, i)))
+            except _TooDeep:
+                continue
+            except SchemaError as e:
+                if e.keyword in ("false", "allOf"):  # an unsatisfiable branch just drops out
+                    continue
+                raise
+        if not parts:
+            raise SchemaError("no branch can be satisfied", pointer=p, keyword=kw)
+        if kw == "oneOf" and len(parts) > 1 and not self.disjoint(branches):
+            self.skip(p, "oneOf", "branches overlap, so 'exactly one' cannot be enforced")
+        return _alt(parts)
+
+    def disjoint(self, branches: list) -> bool:
+        """True when the branches provably match different JSON types or different constants."""
+        seen: list[set] = []
+        for b in branches:
+            if not isinstance(b, dict):
+                return False
+            if "const" in b:
+                kinds = {("const", json.dumps(b["const"], sort_keys=True))}
+            elif "enum" in b and isinstance(b["enum"], list):
+                kinds = {("const", json.dumps(v, sort_keys=True)) for v in b["enum"]}
+            elif isinstance(b.get("type"), (str, list)) and not any(k in b for k in ("$ref", "anyOf", "oneOf", "allOf")):
+                ts = [b["type"]] if isinstance(b["type"], str) else b["type"]
+                kinds = {("type", "number" if t == "integer" else t) for t in ts}
+            else:
+                return False
+            for other in seen:
+                if kinds & other:
+                    return False
+                if any(k[0] != o[0] for k in kinds for o in other):
+                    return False
+            seen.append(kinds)
+        return True
+
+    def literal(self, values: list, s: dict, p: str, kw: str) -> str:
+        """The listed values that also satisfy the sibling keywords, written as JSON."""
+        rest = {k: v for k, v in s.items() if k not in ("enum", "const")}
+        keep = [v for v in values if not rest or _valid(v, rest, self.root)]
+        if not keep:
+            raise SchemaError(f"no {kw} value satisfies the rest of the schema", pointer=p, keyword=kw)
+        return _alt([_json_literal(v) for v in keep])
+
+    def any_value(self, depth: int, p: str) -> str:
+        scalars = [self.string({}, p), NUMBER, BOOLEAN, NULL]
+        if depth <= 0:
+            return _alt(scalars)
+        inner = self.any_value(depth - 1, p)
+        ws = self.ws
+        arr = rf"\[{ws}(?:{inner}(?:{ws},{ws}{inner})*)?{ws}\]"
+        key = '"' + STRING_CHAR + '*"'
+        member = f"{key}{ws}:{ws}{inner}"
+        obj = rf"\{{{ws}(?:{member}(?:{ws},{ws}{member})*)?{ws}\}}"
+        return _alt(scalars + [arr, obj])
+
+    # ---- scalars ----
+
+    def bound(self, s: dict, p: str, kw: str) -> int | None:
+        v = s.get(kw)
+        if v is None:
+            return None
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or v != int(v):
+            raise SchemaError("must be a non-negative integer", pointer=p, keyword=kw)
+        return int(v)
+
+    def repeat(self, s: dict, p: str, lo_kw: str, hi_kw: str) -> tuple[int, int | None]:
+        lo, hi = self.bound(s, p, lo_kw) or 0, self.bound(s, p, hi_kw)
+        if hi is not None and lo > hi:
+            raise SchemaError(f"{lo_kw} {lo} exceeds {hi_kw} {hi}", pointer=p, keyword=hi_kw)
+        if lo > self.o.max_repeat:
+            raise SchemaError(f"{lo} is above the {self.o.max_repeat} the mask can count to", pointer=p, keyword=lo_kw)
+        if hi is not None and hi > self.o.max_repeat:
+            self.skip(p, hi_kw, f"{hi} is above the {self.o.max_repeat} the mask can count to")
+            hi = None
+        return lo, hi
+
+    def string(self, s: dict, p: str) -> str:
+        lo, hi = self.repeat(s, p, "minLength", "maxLength")
+        if "pattern" in s:
+            body = self.pattern(s["pattern"], _ptr(p, "pattern"))
+            if lo or hi is not None:
+                self.skip(p, "minLength" if lo else "maxLength", "length bounds beside a pattern are not enforced")
+            return f'"{body}"'
+        fmt = s.get("format")
+        if fmt is not None:
+            if fmt in FORMATS:
+                if lo or hi is not None:
+                    self.skip(p, "maxLength", "length bounds beside a format are not enforced")
+                return FORMATS[fmt]
+            self.skip(p, "format", f"format {fmt!r} is not enforced")
+        if hi is None:
+            count = "*" if lo == 0 else f"{{{lo},}}"
+        else:
+            count = f"{{{lo},{hi}}}"
+        return f'"{STRING_CHAR}{count}"'
+
+    def pattern(self, pattern: Any, p: str) -> str:
+        if not isinstance(pattern, str):
+            raise SchemaError("pattern must be a string", pointer=p, keyword="pattern")
+        try:
+            tree = sre_parse.parse(pattern)
+        except re.error as e:
+            raise SchemaError(f"invalid regex {pattern!r}: {e}", pointer=p, keyword="pattern") from None
+        items = list(tree)
+        anchored_start = bool(items) and items[0][0] == sre_const.AT and items[0][1] == sre_const.AT_BEGINNING
+        anchored_end = bool(items) and items[-1][0] == sre_const.AT and items[-1][1] in (sre_const.AT_END, sre_const.AT_END_STRING)
+        if anchored_start:
+            items = items[1:]
+        if anchored_end:
+            items = items[:-1]
+        body = _Pattern(pattern, p).seq(items)
+        free = STRING_CHAR + "*"
+        return (free if not anchored_start else "") + body + (free if not anchored_end else "")
+
+    def number(self, s: dict, p: str, integer: bool) -> str:
+        lo, hi, lo_incl, hi_incl = s.get("minimum"), s.get("maximum"), True, True
+        for kw, strict_bound in (("exclusiveMinimum", "lo"), ("exclusiveMaximum", "hi")):
+            v = s.get(kw)
+            if isinstance(v, bool):  # draft 4: a flag on minimum/maximum
+                if v and strict_bound == "lo":
+                    lo_incl = False
+                elif v:
+                    hi_incl = False
+            elif isinstance(v, (int, float)):
+                if strict_bound == "lo" and (lo is None or v >= lo):
+                    lo, lo_incl = v, False
+                elif strict_bound == "hi" and (hi is None or v <= hi):
+                    hi, hi_incl = v, False
+        for kw, v in (("minimum", lo), ("maximum", hi)):
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)):
+                raise SchemaError("must be a finite number", pointer=p, keyword=kw)
+        step = s.get("multipleOf")
+        decimals = None
+        if step is not None:
+            if not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0:
+                raise SchemaError("must be a positive number", pointer=p, keyword="multipleOf")
+            exp = Decimal(str(step)).normalize().as_tuple()
+            if step == 1 or (integer and step == int(step) == 1):
+                integer = True
+            elif exp.digits == (1,) and exp.exponent < 0:
+                decimals = -exp.exponent
+            elif not integer or step != 1:
+                self.skip(p, "multipleOf", f"multipleOf {step} is not enforced")
+        if integer:
+            ilo = None if lo is None else (math.ceil(lo) if lo_incl or lo != int(lo) else int(lo) + 1)
+            ihi = None if hi is None else (math.floor(hi) if hi_incl or hi != int(hi) else int(hi) - 1)
+            if ilo is not None and ihi is not None and ilo > ihi:
+                raise SchemaError(f"no integer lies between {lo} and {hi}", pointer=p, keyword="maximum")
+            return INTEGER if ilo is None and ihi is None else _int_range(ilo, ihi)
+        if lo is None and hi is None:
+            frac = FRACTION if decimals is None else rf"(?:\.[0-9]{{1,{decimals}}})?"
+            return INTEGER + frac + (EXPONENT if decimals is None else "")
+        # integer-valued bounds are exact; fractional ones round inward (a valid subset)
+        rlo = None if lo is None else math.ceil(lo)
+        rhi = None if hi is None else math.floor(hi)
+        if lo is not None and rlo != lo:
+            lo_incl = True
+        if hi is not None and rhi != hi:
+            hi_incl = True
+        out = _number_range(rlo, lo_incl, rhi, hi_incl)
+        if out is None:
+            if lo is not None and hi is not None and (lo > hi or (lo == hi and not (lo_incl and hi_incl))):
+                raise SchemaError(f"minimum {lo} above maximum {hi}", pointer=p, keyword="maximum")
+            self.skip(p, "maximum", f"no number with integer bounds lies in [{lo}, {hi}]")
+            return NUMBER
+        if decimals is not None:
+            out = out.replace(r"(?:\.[0-9]+)?", rf"(?:\.[0-9]{{1,{decimals}}})?")
+            if r"\.[0-9]*[1-9][0-9]*" in out or r"\.0+" in out:
+                self.skip(p, "multipleOf", "multipleOf beside an exclusive or fractional bound is not enforced")
+        return out
+
+    # ---- containers ----
+
+    def array(self, s: dict, p: str) -> str:
+        ws = self.ws
+        for k in ("uniqueItems", "contains"):
+            if s.get(k) not in (None, False):
+                self.skip(p, k, "this keyword cannot be expressed by the token mask")
+        lo, hi = self.repeat(s, p, "minItems", "maxItems")
+        prefix = s.get("prefixItems")
+        items = s.get("items", True)
+        if isinstance(items, list):  # draft 4 tuple form
+            prefix, items = items, s.get("additionalItems", True)
+        head = [self.value(x, _ptr(p, "prefixItems", i)) for i, x in enumerate(prefix or [])]
+        try:
+            tail = None if items is False else self.value(items, _ptr(p, "items"))
+        except _TooDeep:  # recursion cut: no further items rather than unbounded nesting
+            tail = None
+        top = len(head) if tail is None else hi
+        if hi is not None and top is not None:
+            top = min(top, hi)
+        if top is not None and (lo > top or (hi is not None and lo > hi)):
+            raise SchemaError("no item count satisfies minItems/maxItems", pointer=p, keyword="minItems")
+        if top == 0:
+            return rf"\[{ws}\]"
+        sep = f"{ws},{ws}"
+
+        def rest(k: int) -> str:
+            """Items after the first k: optional once k >= minItems, none once k == maxItems."""
+            if k == top:
+                return ""
+            if k >= len(head):
+                more_lo, more_hi = max(lo - k, 0), None if top is None else top - k
+                return f"(?:{sep}{tail}){{{more_lo},{'' if more_hi is None else more_hi}}}"
+            item = f"{sep}{head[k]}{rest(k + 1)}"
+            return item if k < lo else f"(?:{item})?"
+
+        first = (head[0] if head else tail) + rest(1)
+        body = first if lo > 0 else f"(?:{first})?"
+        return rf"\[{ws}{body}{ws}\]"
+
+    def object(self, s: dict, p: str) -> str:
+        ws = self.ws
+        props = s.get("properties", {}) or {}
+        if not isinstance(props, dict):
+            raise SchemaError("properties must be an object", pointer=p, keyword="properties")
+        required = s.get("required", []) or []
+        if not isinstance(required, list):
+            raise SchemaError("required must be an array", pointer=p, keyword="required")
+        for k in ("patternProperties", "propertyNames", "dependencies", "dependentRequired"):
+            if s.get(k):
+                self.skip(p, k, "this keyword cannot be expressed by the token mask")
+        extra = s.get("additionalProperties", True)
+        members, req = [], []
+        for name, ps in props.items():
+            try:
+                regex = self.value(ps, _ptr(p, "properties", name))
+            except _TooDeep:
+                if name in required:
+                    raise
+                continue
+            except SchemaError as e:
+                if e.keyword == "false" and name not in required:
+                    continue
+                raise
+            members.append(f'"{_escape(json.dumps(name, ensure_ascii=False)[1:-1])}"{ws}:{ws}{regex}')
+            req.append(name in required)
+        missing = [r for r in required if r not in props]
+        if missing and extra is False:
+            raise SchemaError(f"required {missing} not among the properties", pointer=p, keyword="required")
+        if missing:
+            self.skip(p, "required", f"required keys {missing} are not declared properties")
+        min_p, max_p = self.bound(s, p, "minProperties") or 0, self.bound(s, p, "maxProperties")
+        if min_p > sum(req) or (max_p is not None and max_p < len(members)):
+            self.skip(p, "minProperties" if min_p > sum(req) else "maxProperties", "property counts are not enforced")
+        if not members:
+            if extra is False:
+                return rf"\{{{ws}\}}"
+            value = self.any_value(self.o.max_depth - 1, p) if extra is True else self.value(extra, _ptr(p, "additionalProperties"))
+            member = f'"{STRING_CHAR}*"{ws}:{ws}{value}'
+            return rf"\{{{ws}(?:{member}(?:{ws},{ws}{member})*)?{ws}\}}"
+        # properties in schema order; each optional one may be left out; required ones never
+        sep = f"{ws},{ws}"
+        alts = []
+        first_required = req.index(True) if True in req else len(members)
+        for k in range(min(first_required, len(members) - 1) + 1):
+            tail = "".join(f"{sep}{m}" if r else f"(?:{sep}{m})?" for m, r in zip(members[k + 1:], req[k + 1:]))
+            alts.append(members[k] + tail)
+        body = _alt(alts)
+        if first_required == len(members):
+            body = f"(?:{body})?"
+        return rf"\{{{ws}{body}{ws}\}}"
+
+
+class _TooDeep(Exception):
+    """A recursive $ref went past max_depth: the branch is dropped (a valid subset remains)."""
+
+
+class _Pattern:
+    """Re-emit a Python-parsed pattern over JSON-encoded string characters."""
+
+    def __init__(self, source: str, pointer: str) -> None:
+        self.source = source
+        self.pointer = pointer
+
+    def fail(self, what: str) -> SchemaError:
+        return SchemaError(f"pattern {self.source!r} uses {what}, which the mask cannot enforce",
+                           pointer=self.pointer, keyword="pattern")
+
+    def seq(self, items) -> str:
+        return "".join(self.node(op, av) for op, av in items)
+
+    def char(self, code: int) -> str:
+        c = chr(code)
+        if c == '"':
+            return r'\\"'
+        if c == "\\":
+            return r"\\\\"
+        if code < 0x20:
+            return {8: r"\\b", 9: r"\\t", 10: r"\\n", 12: r"\\f", 13: r"\\r"}.get(code, rf"\\u{code:04x}")
+        if 0xE000 <= code <= 0xEFFF:
+            return rf"\\u{code:04x}"
+        return _escape(c)
+
+    def node(self, op, av) -> str:
+        if op == sre_const.LITERAL:
+            return self.char(av)
+        if op == sre_const.NOT_LITERAL:
+            return f"(?:{self.cls_negated([(sre_const.LITERAL, av)])})"
+        if op == sre_const.ANY:
+            return PATTERN_ANY
+        if op == sre_const.IN:
+            if av and av[0][0] == sre_const.NEGATE:
+                return self.cls_negated(av[1:])
+            return self.cls(av)
+        if op == sre_const.BRANCH:
+            return "(?:" + "|".join(self.seq(b) for b in av[1]) + ")"
+        if op == sre_const.SUBPATTERN:
+            return "(?:" + self.seq(av[-1]) + ")"
+        if op in (sre_const.MAX_REPEAT, sre_const.MIN_REPEAT, getattr(sre_const, "POSSESSIVE_REPEAT", None)):
+            lo, hi, inner = av
+            if hi == sre_const.MAXREPEAT:
+                count = "*" if lo == 0 else "+" if lo == 1 else f"{{{lo},}}"
+            else:
+                count = f"{{{lo},{hi}}}"
+            return f"(?:{self.seq(inner)}){count}"
+        raise self.fail(f"{str(op).lower()} (anchors inside, lookaround or backreferences)")
+
+    def ranges(self, items) -> list[tuple[int, int]]:
+        out = []
+        for op, av in items:
+            if op == sre_const.LITERAL:
+                out.append((av, av))
+            elif op == sre_const.RANGE:
+                out.append(av)
+            elif op == sre_const.CATEGORY:
+                out += {
+                    sre_const.CATEGORY_DIGIT: [(48, 57)],
+                    sre_const.CATEGORY_WORD: [(48, 57), (65, 90), (95, 95), (97, 122)],
+                    sre_const.CATEGORY_SPACE: [(9, 13), (32, 32)],
+                }.get(av) or self._neg_category(av)
+            else:
+                raise self.fail(str(op).lower())
+        return out
+
+    def _neg_category(self, av) -> list[tuple[int, int]]:
+        base = {
+            sre_const.CATEGORY_NOT_DIGIT: [(48, 57)],
+            sre_const.CATEGORY_NOT_WORD: [(48, 57), (65, 90), (95, 95), (97, 122)],
+            sre_const.CATEGORY_NOT_SPACE: [(9, 13), (32, 32)],
+        }.get(av)
+        if base is None:
+            raise self.fail(f"the class {av}")
+        return _complement(base)
+
+    def cls(self, items) -> str:
+        return self.emit(self.ranges(items))
+
+    def cls_negated(self, items) -> str:
+        return self.emit(_complement(self.ranges(items)))
+
+    def emit(self, ranges: list[tuple[int, int]]) -> str:
+        """Characters in ``ranges``: plain ones as a class, the ones JSON escapes as escapes."""
+        plain, escaped = [], []
+        for lo, hi in sorted(ranges):
+            for a, b, needs_escape in _split_json(lo, hi):
+                (escaped if needs_escape else plain).append((a, b))
+        parts = []
+        if plain:
+            parts.append("[" + "".join(_class_range(a, b) for a, b in plain) + "]")
+        for a, b in escaped:
+            if (a, b) == (0xE000, 0xEFFF):
+                parts.append(r"\\u[eE][0-9a-fA-F]{3}")
+            elif b - a <= 64:
+                parts += [self.char(c) for c in range(a, b + 1)]
+            # a larger escaped run is left out: the output stays valid, only narrower
+        if not parts:
+            raise self.fail("an empty character class")
+        return _alt(parts)
+
+
+def _valid(value: Any, schema: dict, root: Any) -> bool:
+    if isinstance(root, dict):
+        schema = {**{k: root[k] for k in ("definitions", "$defs") if k in root}, **schema}
+    try:
+        return jsonschema.Draft202012Validator(schema).is_valid(value)
+    except Exception:  # a sibling the validator cannot read is checked after generation instead
+        return True
+
+
+def _complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out, at = [], 0
+    for lo, hi in sorted(ranges):
+        if lo > at:
+            out.append((at, lo - 1))
+        at = max(at, hi + 1)
+    if at <= 0x10FFFF:
+        out.append((at, 0x10FFFF))
+    return out
+
+
+def _split_json(lo: int, hi: int):
+    """Split a code point range into runs that JSON writes plainly and runs it must escape."""
+    cuts = [(0x00, 0x1F, True), (0x22, 0x22, True), (0x5C, 0x5C, True), (0xD800, 0xDFFF, True), (0xE000, 0xEFFF, True)]
+    at = lo
+    for a, b, esc in cuts:
+        if b < at or a > hi:
+            continue
+        if a > at:
+            yield at, a - 1, False
+        if a <= 0xDFFF and b >= 0xD800:  # surrogates never appear as characters
+            at = min(b, hi) + 1
+            continue
+        yield max(a, at), min(b, hi), esc
+        at = min(b, hi) + 1
+    if at <= hi:
+        yield at, hi, False
+
+
+def _class_range(a: int, b: int) -> str:
+    def one(c: int) -> str:
+        ch = chr(c)
+        if ch in r"\[]^-&~" or c < 0x21 or c > 0x7E:
+            return f"\\x{{{c:X}}}"
+        return ch
+    return one(a) if a == b else f"{one(a)}-{one(b)}"
+
+
+def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool = True,
+                    max_depth: int = 3, max_repeat: int = 256) -> Translation:
+    """Translate a JSON schema (dict, bool or JSON text) to a regex over JSON text."""
+    if isinstance(schema, (str, bytes)):
+        try:
+            schema = json.loads(schema)
+        except ValueError as e:
+            raise SchemaError(f"schema is not valid JSON: {e}") from None
+    t = _Translator(schema, Options(whitespace, strict, max_depth, max_repeat))
+    try:
+        regex = t.value(schema, "#")
+    except _TooDeep:
+        raise SchemaError("recursive $ref nests deeper than max_depth at the root", keyword="$ref") from None
+    except RecursionError:
+        raise SchemaError("schema nests too deeply to translate") from None
+    return Translation(regex, t.unenforced)
