@@ -1,0 +1,130 @@
+"""Random-weight model, real Qwen3 vocabulary: every output parses, validates and closes in budget."""
+
+import json
+
+import jsonschema
+import mlx.core as mx
+import mlx_lm
+import pytest
+from mlx_lm.sample_utils import make_sampler
+
+import engine
+from engine import BudgetError, GenerationError
+
+SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                      "age": {"type": "integer", "minimum": 0, "maximum": 130},
+                                      "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3}},
+     "required": ["name", "age"]},
+    {"type": "object", "properties": {"location": {"type": "string"},
+                                      "unit": {"enum": ["celsius", "fahrenheit"]},
+                                      "days": {"type": "integer", "minimum": 1, "maximum": 14}},
+     "required": ["location"], "additionalProperties": False},
+    {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "number"}, "ok": {"type": "boolean"}},
+                                "required": ["x", "ok"]}, "minItems": 1},
+    {"anyOf": [{"type": "null"}, {"type": "string", "format": "date"}, {"type": "integer", "exclusiveMinimum": 0}]},
+    {"type": "object", "properties": {"id": {"type": "string", "format": "uuid"},
+                                      "score": {"type": "number", "minimum": 0, "maximum": 1},
+                                      "nested": {"type": "object", "properties": {"a": {"type": "string"}}}},
+     "required": ["id", "score"]},
+]
+
+
+def run(model, tok, schema, max_tokens, seed):
+    mx.random.seed(seed)
+    return engine.generate(model, tok, "Answer in JSON:", response_format=schema, max_tokens=max_tokens,
+                           sampler=make_sampler(temp=1.0))
+
+
+def check(result, schema, max_tokens):
+    assert result.finish_reason == "stop"
+    assert result.usage["completion_tokens"] <= max_tokens
+    value = json.loads(result.text)
+    jsonschema.validate(value, schema)
+    assert result.parsed == value and result.errors == []
+
+
+@pytest.mark.parametrize("index", range(len(SCHEMAS)))
+def test_random_sampling_always_valid(tiny_model, index):
+    model, tok = tiny_model
+    schema = SCHEMAS[index]
+    g = engine.compile_json_schema(tok, schema)
+    for seed in range(6):
+        for max_tokens in (g.min_tokens + 2, 48):
+            check(run(model, tok, schema, max_tokens, seed), schema, max_tokens)
+
+
+def test_budget_sweep_from_the_minimum(tiny_model):
+    model, tok = tiny_model
+    schema = SCHEMAS[0]
+    g = engine.compile_json_schema(tok, schema)
+    m = g.min_tokens
+    assert m >= 5
+    for max_tokens in range(m, m + 41):
+        check(run(model, tok, schema, max_tokens, seed=max_tokens), schema, max_tokens)
+    with pytest.raises(BudgetError, match=f"needs {m} tokens"):
+        g.processor(m - 1)
+    with pytest.raises(BudgetError):
+        engine.generate(model, tok, "x", response_format=schema, max_tokens=m - 1)
+
+
+def test_min_tokens_is_reachable_exactly(tiny_model, qwen3_tokenizer):
+    """The shortest output really has min_tokens tokens: greedy search along distances finds it."""
+    _, tok = tiny_model
+    g = engine.compile_json_schema(tok, SCHEMAS[1])
+    a, state, path = g.automaton, 0, []
+    while not a.final[state]:
+        options = a.successors_within(state, int(a.dist[state]) - 1)
+        path.append(int(options[0]))
+        state = a.next_state(state, path[-1])
+    assert len(path) == g.min_tokens
+    jsonschema.validate(json.loads(tok.decode(path)), SCHEMAS[1])
+
+
+def test_processor_under_plain_mlx_lm_generate(tiny_model):
+    """Pipelined generate_step: tokens include the prompt; one extra call past max_tokens."""
+    model, tok = tiny_model
+    g = engine.compile_json_schema(tok, SCHEMAS[1])
+    for max_tokens in (g.min_tokens, 20, 60):
+        proc = g.processor(max_tokens)
+        mx.random.seed(max_tokens)
+        text = mlx_lm.generate(model, tok, "A long prompt with several tokens in it", max_tokens=max_tokens,
+                               sampler=make_sampler(temp=1.0), logits_processors=[proc])
+        jsonschema.validate(json.loads(text), SCHEMAS[1])
+        assert proc.accepting
+
+
+def test_processor_refuses_foreign_tokens(tiny_model):
+    _, tok = tiny_model
+    g = engine.compile_json_schema(tok, SCHEMAS[1])
+    proc = g.processor(30)
+    logits = mx.zeros((1, 151936))
+    proc(mx.array([1, 2, 3]), logits)
+    with pytest.raises(GenerationError, match="not allowed"):
+        proc(mx.array([1, 2, 3] + tok.encode("hello", add_special_tokens=False)[:1]), logits)
+
+
+def test_masks_never_empty_and_eos_forced_at_the_end(tiny_model):
+    _, tok = tiny_model
+    g = engine.compile_json_schema(tok, SCHEMAS[1])
+    proc = g.processor(g.min_tokens)
+    prompt = [1, 2]
+    logits = mx.zeros((1, 151936))
+    seq = list(prompt)
+    for _ in range(g.min_tokens + 2):
+        out = proc(mx.array(seq), logits)
+        allowed = mx.isfinite(out).sum().item()
+        assert allowed >= 1
+        seq.append(int(mx.argmax(out, axis=-1).item()))
+    assert proc.ended and seq[-1] in g.vocab.eos_ids
+
+
+def test_independent_processors_share_nothing(tiny_model):
+    model, tok = tiny_model
+    g = engine.compile_json_schema(tok, SCHEMAS[0])
+    p1, p2 = g.processor(40), g.processor(40)
+    logits = mx.zeros((1, 151936))
+    p1(mx.array([5]), logits)
+    p1(mx.array([5, tok.encode("{", add_special_tokens=False)[0]]), logits)
+    assert p2.state == 0 and p2.consumed == []
+    assert p1.state != 0

@@ -1,0 +1,117 @@
+"""The JSON-schema translator: exact ranges, strict refusals, lenient bookkeeping."""
+
+import json
+
+import jsonschema
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from engine import SchemaError
+from engine.schema import schema_to_regex
+from regex_py import py_regex
+
+bound = st.one_of(st.none(), st.integers(-1200, 1200))
+
+
+@settings(max_examples=150, deadline=None)
+@given(lo=bound, hi=bound)
+def test_integer_ranges_are_exact(lo, hi):
+    schema = {"type": "integer"}
+    if lo is not None:
+        schema["minimum"] = lo
+    if hi is not None:
+        schema["maximum"] = hi
+    if lo is not None and hi is not None and lo > hi:
+        with pytest.raises(SchemaError):
+            schema_to_regex(schema)
+        return
+    rx = py_regex(schema_to_regex(schema).regex)
+    for n in range(-1500, 1501):
+        inside = (lo is None or n >= lo) and (hi is None or n <= hi)
+        assert bool(rx.fullmatch(str(n))) == inside, (schema, n)
+
+
+numbers = st.decimals(min_value=-300, max_value=300, places=3, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(lo=st.one_of(st.none(), st.integers(-50, 50)), hi=st.one_of(st.none(), st.integers(-50, 50)),
+       lo_ex=st.booleans(), hi_ex=st.booleans(), samples=st.lists(numbers, min_size=20, max_size=40))
+def test_number_ranges_never_admit_outside_values(lo, hi, lo_ex, hi_ex, samples):
+    schema = {"type": "number"}
+    if lo is not None:
+        schema["exclusiveMinimum" if lo_ex else "minimum"] = lo
+    if hi is not None:
+        schema["exclusiveMaximum" if hi_ex else "maximum"] = hi
+    try:
+        rx = py_regex(schema_to_regex(schema).regex)
+    except SchemaError:
+        assert lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_ex or hi_ex)))
+        return
+    validator = jsonschema.Draft202012Validator(schema)
+    for d in samples + [lo or 0, hi or 0]:
+        for text in {str(d), format(d, "f")}:
+            if rx.fullmatch(text):
+                assert validator.is_valid(json.loads(text)), (schema, text)
+    # every integer strictly inside the range is expressible
+    if lo is not None and hi is not None:
+        for n in range(lo + 1, hi):
+            assert rx.fullmatch(str(n))
+
+
+@pytest.mark.parametrize("schema,keyword,pointer", [
+    ({"not": {"type": "string"}}, "not", "#"),
+    ({"type": "object", "properties": {"a": {"type": "string", "format": "hostname-idn"}}}, "format", "#/properties/a"),
+    ({"type": "array", "uniqueItems": True}, "uniqueItems", "#"),
+    ({"$ref": "#/$defs/missing"}, "$ref", "#"),
+    ({"type": "integer", "minimum": 5, "maximum": 1}, "maximum", "#"),
+    ({"type": "string", "pattern": "(a)\\1"}, "pattern", "#/pattern"),
+    ({"type": "object", "properties": {"x": {"type": "integer", "multipleOf": 7}}}, "multipleOf", "#/properties/x"),
+    ({"type": "object", "properties": {"a": False}, "required": ["a"]}, "false", "#/properties/a"),
+    ({"$ref": "https://example.com/schema.json"}, "$ref", "#"),
+    ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "oneOf", "#"),
+])
+def test_strict_refusals_name_keyword_and_pointer(schema, keyword, pointer):
+    with pytest.raises(SchemaError) as e:
+        schema_to_regex(schema)
+    assert e.value.keyword == keyword
+    assert e.value.pointer == pointer
+    assert keyword in str(e.value)
+
+
+def test_lenient_lists_what_it_does_not_enforce():
+    t = schema_to_regex({"type": "array", "uniqueItems": True, "items": {"type": "integer", "multipleOf": 3}},
+                        strict=False)
+    assert ("#", "uniqueItems") in t.unenforced
+    assert ("#/items", "multipleOf") in t.unenforced
+
+
+CASES = [
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["b"]},
+     ['{"b":"x"}', '{"a":1,"b":""}', '{ "a" : -3 , "b" : "\\u00e9\\n" }'], ['{"a":1}', '{"b":"x","a":1}', '{}', '{"b":"x"']),
+    ({"type": "array", "items": {"type": "boolean"}, "minItems": 2, "maxItems": 3},
+     ["[true,false]", "[true, true, false]"], ["[]", "[true]", "[true,true,true,true]"]),
+    ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False},
+     ["[]", "[1]", '[1,"a"]'], ['[1,"a",2]', '["a"]']),
+    ({"type": "string", "minLength": 2, "maxLength": 3}, ['"ab"', '"abc"', '"\\"b"'], ['"a"', '"abcd"']),
+    ({"type": "string", "pattern": "^[A-Z]{2}-\\d+$"}, ['"AB-12"'], ['"ab-12"', '"AB-"', '"xAB-1"']),
+    ({"type": "string", "pattern": "ab"}, ['"xxabyy"', '"ab"'], ['"a b"']),
+    ({"enum": ["red", 3, None, [1, {"k": "v"}]]}, ['"red"', "3", "null", '[1,{"k":"v"}]'], ['"blue"', "4"]),
+    ({"type": "number", "multipleOf": 0.01, "minimum": 0}, ["0", "12.5", "3.14"], ["-1", "3.141", "1e5"]),
+    ({"anyOf": [{"type": "null"}, {"type": "string", "format": "date"}]}, ["null", '"2024-02-29"'], ['"2024-13-01"']),
+    ({"type": "object", "additionalProperties": {"type": "integer"}}, ['{}', '{"x":1,"y":2}'], ['{"x":"a"}']),
+    ({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                {"properties": {"a": {"minimum": 10}}}]}, ['{"a":10}'], ['{"a":9}']),
+    ({"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"},
+     ['{}', '{"next":{"next":{}}}'], ['{"next":1}']),
+]
+
+
+@pytest.mark.parametrize("schema,good,bad", CASES)
+def test_translations_accept_and_reject(schema, good, bad):
+    rx = py_regex(schema_to_regex(schema).regex)
+    for text in good:
+        assert rx.fullmatch(text), (text, schema)
+        jsonschema.validate(json.loads(text), schema)
+    for text in bad:
+        assert not rx.fullmatch(text), (text, schema)

@@ -1,0 +1,83 @@
+"""Token bytes on the six real tokenizers; special tokens are atomic; EOS ids are all found."""
+
+import numpy as np
+import pytest
+
+from conftest import FAMILIES, load_tokenizer
+from engine import build_vocab, compile_regex_grammar
+from engine.schema import schema_to_regex
+from engine.automaton import compile_regex
+
+TEXTS = [
+    "Hello, world!",
+    '{"name": "Zoë", "city": "Paris", "days": 3, "ok": true, "x": null}',
+    "  leading spaces\n\ttabs and\r\nnewlines\n\n",
+    "日本語のテキストと한국어 and emoji 👩‍👩‍👧 🇫🇷 ok",
+    "def f(x):\n    return x ** 2  # comment\n",
+    "Ünïcödé ñ ß — “quotes” ‘single’ … \u00a0nbsp",
+    "numbers 1234567890 3.14159 -2e10 0x1F",
+    "<tool_call> text that looks like a tag </tool_call>",
+    "\u0000\u0001 control \u007f bytes",
+]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_token_bytes_concatenate_to_decode(family):
+    tok = load_tokenizer(family)
+    vocab = build_vocab(tok)
+    sentencepiece = family == "mistral"
+    for text in TEXTS:
+        ids = tok.encode(text, add_special_tokens=False)
+        ids = [i for i in ids if vocab.token_bytes[i] is not None or i in vocab.dropped]
+        ours = b"".join(vocab.token_bytes[i] or b"" for i in ids if i not in vocab.dropped)
+        if any(i in vocab.dropped for i in ids):
+            continue  # a private-use byte token: excluded from generation by design
+        expected = tok.decode(ids).encode("utf-8", "surrogatepass")
+        if sentencepiece and ours.startswith(b" "):
+            ours = ours[1:]  # SentencePiece's decoder drops the first token's leading space
+        assert ours.decode("utf-8", "replace") == expected.decode("utf-8", "replace"), (family, text)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_token_has_bytes_or_is_special(family):
+    tok = load_tokenizer(family)
+    vocab = build_vocab(tok)
+    specials = set(vocab.special.values())
+    missing = [i for i, b in enumerate(vocab.token_bytes) if b is None and i not in specials and i not in vocab.dropped]
+    assert missing == [], missing[:10]
+    assert len(vocab.dropped) <= 32, "only the few tokens that could forge a special-token symbol are dropped"
+
+
+def test_eos_ids_include_both_qwen_ends():
+    vocab = build_vocab(load_tokenizer("qwen3"))
+    assert vocab.eos_ids[0] == 151645
+    assert 151643 in vocab.eos_ids
+
+
+@pytest.mark.parametrize("family,token", [("qwen3", "<tool_call>"), ("glm4", "<arg_key>"),
+                                          ("kimi-k2", "<|tool_calls_section_begin|>"),
+                                          ("gpt-oss", "<|channel|>"), ("llama3", "<|python_tag|>"),
+                                          ("mistral", "[TOOL_CALLS]")])
+def test_special_token_is_atomic(family, token):
+    tok = load_tokenizer(family)
+    vocab = build_vocab(tok)
+    token_id = vocab.special[token]
+    g = compile_regex_grammar(tok, vocab.symbol(token) + "ok")
+    a = g.automaton
+    first = a.successors_within(0, 10)
+    assert first.tolist() == [token_id], "only the special token itself may start the output"
+    # the same text spelled with ordinary tokens is rejected
+    spelled = tok.encode(token.replace("<", "< ").replace("[", "[ "), add_special_tokens=False)
+    assert a.walk(spelled) == -1
+
+
+@pytest.mark.parametrize("family", ["qwen3", "glm4", "kimi-k2"])
+def test_json_strings_cannot_hold_special_tokens(family):
+    tok = load_tokenizer(family)
+    vocab = build_vocab(tok)
+    a = compile_regex(schema_to_regex({"type": "string"}).regex, vocab)
+    inside = a.next_state(0, tok.encode('"', add_special_tokens=False)[0])
+    allowed = set(a.successors_within(inside, 100).tolist())
+    specials = set(vocab.special.values())
+    assert not allowed & specials
+    assert len(allowed) > 0.9 * (len(vocab.token_bytes) - len(specials))
