@@ -514,10 +514,14 @@ class _Translator:
 
     def array(self, s: dict, p: str) -> str:
         ws = self.ws
-        for k in ("uniqueItems", "contains"):
-            if s.get(k) not in (None, False):
-                self.skip(p, k, "this keyword cannot be expressed by the token mask")
+        if s.get("contains") is not None:
+            self.skip(p, "contains", "this keyword cannot be expressed by the token mask")
         lo, hi = self.repeat(s, p, "minItems", "maxItems")
+        if s.get("uniqueItems") is True and (hi is None or hi > 1):
+            if lo > 1:
+                self.skip(p, "uniqueItems", "distinct items cannot be enforced beyond one item")
+            else:
+                hi = 1  # zero or one item is always unique
         prefix = s.get("prefixItems")
         items = s.get("items", True)
         if isinstance(items, list):  # draft 4 tuple form
@@ -551,17 +555,59 @@ class _Translator:
         return rf"\[{ws}{body}{ws}\]"
 
     def object(self, s: dict, p: str) -> str:
+        """Declared properties only, in schema order. Where a keyword cannot be expressed
+        exactly, the output is narrowed to a subset that always satisfies it."""
         ws = self.ws
-        props = s.get("properties", {}) or {}
-        if not isinstance(props, dict):
+        props = dict(s.get("properties", {}) or {})
+        if not isinstance(s.get("properties", {}) or {}, dict):
             raise SchemaError("properties must be an object", pointer=p, keyword="properties")
-        required = s.get("required", []) or []
-        if not isinstance(required, list):
+        required = list(s.get("required", []) or [])
+        if not isinstance(s.get("required", []) or [], list):
             raise SchemaError("required must be an array", pointer=p, keyword="required")
-        for k in ("patternProperties", "propertyNames", "dependencies", "dependentRequired"):
-            if s.get(k):
-                self.skip(p, k, "this keyword cannot be expressed by the token mask")
         extra = s.get("additionalProperties", True)
+        for name in required:
+            if name not in props:
+                if extra is False:
+                    raise SchemaError(f"required {name!r} is not among the properties", pointer=p, keyword="required")
+                props[name] = extra  # a required undeclared key takes the additionalProperties schema
+        for pattern, ps in (s.get("patternProperties") or {}).items():
+            try:
+                rx = re.compile(pattern)
+            except re.error:
+                self.skip(p, "patternProperties", f"pattern {pattern!r} is not a Python regex")
+                continue
+            for name in props:
+                if rx.search(name):
+                    props[name] = {"allOf": [props[name], ps]}
+            extra = False  # undeclared keys are never written, so none can break a pattern
+        if s.get("propertyNames") not in (None, True, {}):
+            bad = [n for n in props if not _valid(n, s["propertyNames"], self.root)]
+            for name in bad:
+                if name in required:
+                    raise SchemaError(f"required {name!r} breaks propertyNames", pointer=p, keyword="propertyNames")
+                del props[name]
+            extra = False
+        deps = dict(s.get("dependentRequired") or {})
+        for name, dep in (s.get("dependencies") or {}).items():
+            if isinstance(dep, list):
+                deps[name] = dep
+            elif name in required:
+                self.skip(p, "dependencies", f"schema dependency of required {name!r} is not enforced")
+            else:
+                props.pop(name, None)  # never written, so its dependency never applies
+        changed = True
+        while changed:  # a key that is always present brings its dependencies with it
+            changed = False
+            for name, dep in deps.items():
+                if name in required and not set(dep) <= set(required):
+                    required += [d for d in dep if d not in required]
+                    changed = True
+        for name in deps:
+            if name not in required:
+                props.pop(name, None)
+        for name in required:
+            if name not in props:
+                props[name] = extra
         members, req = [], []
         for name, ps in props.items():
             try:
@@ -576,21 +622,30 @@ class _Translator:
                 raise
             members.append(f'"{_escape(json.dumps(name, ensure_ascii=False)[1:-1])}"{ws}:{ws}{regex}')
             req.append(name in required)
-        missing = [r for r in required if r not in props]
-        if missing and extra is False:
-            raise SchemaError(f"required {missing} not among the properties", pointer=p, keyword="required")
-        if missing:
-            self.skip(p, "required", f"required keys {missing} are not declared properties")
         min_p, max_p = self.bound(s, p, "minProperties") or 0, self.bound(s, p, "maxProperties")
-        if min_p > sum(req) or (max_p is not None and max_p < len(members)):
-            self.skip(p, "minProperties" if min_p > sum(req) else "maxProperties", "property counts are not enforced")
+        if max_p is not None and max_p < sum(req):
+            raise SchemaError(f"maxProperties {max_p} is below the {sum(req)} required keys", pointer=p, keyword="maxProperties")
+        if members and (min_p > sum(req) or (max_p is not None and max_p < len(members))):
+            if min_p > len(members):
+                self.skip(p, "minProperties", f"fewer than {min_p} properties can be written")
+            # keep the required keys plus the first optional ones: at least min_p, at most max_p
+            optional = [i for i, r in enumerate(req) if not r]
+            need = max(0, min_p - sum(req))
+            for i in optional[:need]:
+                req[i] = True
+            if max_p is not None:
+                drop = set(optional[need:][max_p - sum(req):])
+                members = [m for i, m in enumerate(members) if i not in drop]
+                req = [r for i, r in enumerate(req) if i not in drop]
         if not members:
-            if extra is False:
+            if extra is False or (max_p == 0):
                 return rf"\{{{ws}\}}"
+            if min_p:
+                self.skip(p, "minProperties", "property counts of free-form objects are not enforced")
             value = self.any_value(self.o.max_depth - 1, p) if extra is True else self.value(extra, _ptr(p, "additionalProperties"))
             member = f'"{STRING_CHAR}*"{ws}:{ws}{value}'
-            return rf"\{{{ws}(?:{member}(?:{ws},{ws}{member})*)?{ws}\}}"
-        # properties in schema order; each optional one may be left out; required ones never
+            count = "*" if max_p is None else f"{{0,{max_p - 1}}}"
+            return rf"\{{{ws}(?:{member}(?:{ws},{ws}{member}){count})?{ws}\}}"
         sep = f"{ws},{ws}"
         alts = []
         first_required = req.index(True) if True in req else len(members)
