@@ -86,8 +86,11 @@ class LogitsProcessor:
         """Consume one generated token; raises GenerationError if the automaton forbids it."""
         a = self.grammar.automaton
         if self.ended:
-            raise GenerationError(f"token {token} arrived after the output had ended")
-        if token in self.grammar.vocab.eos_ids:
+            # mlx-lm builds one more step before it notices the end; only EOS may follow it
+            if token not in self.grammar.vocab.eos_ids:
+                raise GenerationError(f"token {token} arrived after the output had ended")
+            nxt = self.state
+        elif token in self.grammar.vocab.eos_ids:
             if not a.final[self.state]:
                 raise GenerationError(f"end-of-sequence token {token} before the output was complete")
             self.ended = True

@@ -280,7 +280,7 @@ class _Translator:
             if sub.get("additionalProperties", True) is not True:
                 closed.append(set(sub.get("properties", {})))
             for k, v in sub.items():
-                if k in ANNOTATIONS:
+                if k in ANNOTATIONS or k.startswith("x-"):
                     continue
                 if k not in merged:
                     merged[k] = v

@@ -171,10 +171,11 @@ def build_vocab(tokenizer: Any, *, size: int | None = None, eos_ids: list[int] |
         token_bytes[i] = b
     special = {text: i for i, text in added.items()}
     if eos_ids is None:
-        found = sorted(tokenizer.eos_token_ids) if isinstance(tokenizer, TokenizerWrapper) else []
-        if hf.eos_token_id is not None:
-            found.insert(0, hf.eos_token_id)
-        found += [special[t] for t in _END_TOKENS if t in special]
+        found = [hf.eos_token_id] if hf.eos_token_id is not None else []
+        if isinstance(tokenizer, TokenizerWrapper):
+            found += sorted(tokenizer.eos_token_ids)  # exactly the ids mlx-lm stops on
+        else:
+            found += [special[t] for t in _END_TOKENS if t in special]
         eos_ids = list(dict.fromkeys(found))
     if not eos_ids:
         raise TokenizerError("tokenizer has no end-of-sequence token")

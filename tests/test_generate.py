@@ -128,3 +128,19 @@ def test_independent_processors_share_nothing(tiny_model):
     p1(mx.array([5, tok.encode("{", add_special_tokens=False)[0]]), logits)
     assert p2.state == 0 and p2.consumed == []
     assert p1.state != 0
+
+
+def test_end_tokens_after_the_end_are_tolerated_others_refused(tiny_model):
+    """mlx-lm builds one step past EOS before it stops: that call must not fail."""
+    _, tok = tiny_model
+    g = engine.compile_json_schema(tok, {"enum": ["yes"]})
+    proc = g.processor(10)
+    logits = mx.zeros((1, 151936))
+    seq = [7]
+    proc(mx.array(seq), logits)
+    seq += tok.encode('"yes"', add_special_tokens=False) + [g.vocab.eos_ids[0]]
+    out = proc(mx.array(seq), logits)
+    assert proc.ended and mx.argmax(out, axis=-1).item() == g.vocab.eos_ids[0]
+    proc(mx.array(seq + [g.vocab.eos_ids[0]]), logits)
+    with pytest.raises(GenerationError, match="after the output had ended"):
+        proc(mx.array(seq + [g.vocab.eos_ids[0], 42]), logits)
