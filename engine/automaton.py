@@ -123,22 +123,27 @@ def _distances(offsets: np.ndarray, targets: np.ndarray, final: np.ndarray) -> n
     return dist
 
 
-_OUTLINES_VOCABS: dict[str, Vocabulary] = {}
+_OUTLINES_VOCABS: dict[tuple, Vocabulary] = {}
 _OUTLINES_LOCK = threading.Lock()
 
 
-def _outlines_vocabulary(vocab: Vocab) -> Vocabulary:
+def _outlines_vocabulary(vocab: Vocab, macro: tuple[str, int] | None = None) -> Vocabulary:
+    """The outlines-core vocabulary; ``macro`` adds one (character, id) pseudo-token."""
+    key = (vocab.fingerprint, macro)
     with _OUTLINES_LOCK:
-        ov = _OUTLINES_VOCABS.get(vocab.fingerprint)
+        ov = _OUTLINES_VOCABS.get(key)
         if ov is None:
-            ov = Vocabulary(vocab.eos_ids[0], vocab.outlines_map)
-            _OUTLINES_VOCABS[vocab.fingerprint] = ov
+            table = vocab.outlines_map
+            if macro is not None:
+                table = {**table, macro[0].encode(): [macro[1]]}
+            ov = Vocabulary(vocab.eos_ids[0], table)
+            _OUTLINES_VOCABS[key] = ov
         return ov
 
 
-def _build(regex: str, vocab: Vocab, key: str) -> Automaton:
+def _build(regex: str, vocab: Vocab, key: str, macro: tuple[str, int] | None = None) -> Automaton:
     try:
-        index = Index(regex, _outlines_vocabulary(vocab))
+        index = Index(regex, _outlines_vocabulary(vocab, macro))
     except Exception as e:  # outlines-core raises plain ValueError/RuntimeError on regex trouble
         raise CompileError(f"cannot build a token automaton for this regex: {e}") from None
     table = index.get_transitions()
@@ -286,16 +291,20 @@ _KEY_LOCKS: dict[str, threading.Lock] = {}
 _KEY_LOCKS_GUARD = threading.Lock()
 
 
-def automaton_key(regex: str, vocab: Vocab) -> str:
-    h = hashlib.sha256(f"{FORMAT_VERSION}\0{vocab.fingerprint}\0{regex}".encode())
+def automaton_key(regex: str, vocab: Vocab, macro: tuple[str, int] | None = None) -> str:
+    h = hashlib.sha256(f"{FORMAT_VERSION}\0{vocab.fingerprint}\0{macro}\0{regex}".encode())
     return h.hexdigest()[:32]
 
 
-def compile_regex(regex: str, vocab: Vocab, *, timeout: float | None = None) -> Automaton:
-    """The token automaton for ``regex``: from memory, from disk, or built (bounded by ``timeout`` s)."""
+def compile_regex(regex: str, vocab: Vocab, *, timeout: float | None = None,
+                  macro: tuple[str, int] | None = None) -> Automaton:
+    """The token automaton for ``regex``: from memory, from disk, or built (bounded by ``timeout`` s).
+
+    ``macro`` (character, id) lets the regex use one extra pseudo-token (see toolcalls).
+    """
     if len(regex) > MAX_REGEX_CHARS:
         raise CompileError(f"regex of {len(regex)} characters exceeds the {MAX_REGEX_CHARS} limit")
-    key = automaton_key(regex, vocab)
+    key = automaton_key(regex, vocab, macro)
     found = AUTOMATA.get(key)
     if found is not None:
         return found
@@ -309,7 +318,7 @@ def compile_regex(regex: str, vocab: Vocab, *, timeout: float | None = None) -> 
         path = folder / f"{key}.npz" if folder else None
         a = _load(path, key) if path else None
         if a is None:
-            a = _build(regex, vocab, key) if timeout is None else _build_bounded(regex, vocab, key, timeout)
+            a = _build(regex, vocab, key, macro) if timeout is None else _build_bounded(regex, vocab, key, timeout)
             if path:
                 try:
                     _save(path, a)

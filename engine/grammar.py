@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
+import mlx.core as mx
 
 from .automaton import Automaton, MaskTable, compile_regex
 from .errors import SchemaError
@@ -33,6 +34,26 @@ class Grammar:
     def min_tokens(self) -> int:
         """The fewest tokens of any valid output (EOS not counted)."""
         return self.automaton.min_tokens
+
+    # The matching protocol the processor drives (a ToolGrammar implements it too).
+    initial_state = 0
+
+    def step(self, state: int, token: int, left: int) -> int | None:
+        nxt = self.automaton.next_state(state, token)
+        return None if nxt < 0 else nxt
+
+    def is_final(self, state: int) -> bool:
+        return bool(self.automaton.final[state])
+
+    def is_complete(self, state: int) -> bool:
+        a = self.automaton
+        return bool(a.final[state]) and a.offsets[state + 1] == a.offsets[state]
+
+    def mask(self, state: int, left: int, width: int) -> mx.array:
+        return self.mask_table(width).mask(state, left)
+
+    def eos_mask(self, width: int) -> mx.array:
+        return self.mask_table(width).eos_only
 
     def processor(self, max_tokens: int) -> LogitsProcessor:
         """A fresh per-request processor; raises BudgetError below ``min_tokens``."""

@@ -10,6 +10,7 @@ from .errors import BudgetError, GenerationError
 
 if TYPE_CHECKING:
     from .grammar import Grammar
+    from .toolcalls import ToolGrammar
 
 # How many already-consumed positions are re-read each call, so a caller that trims and
 # replaces recent tokens (speculative decoding) is followed rather than trusted.
@@ -26,7 +27,7 @@ class LogitsProcessor:
     tokens past what was consumed, and a call past the budget just allows EOS.
     """
 
-    def __init__(self, grammar: Grammar, max_tokens: int) -> None:
+    def __init__(self, grammar: Grammar | ToolGrammar, max_tokens: int) -> None:
         if max_tokens < grammar.min_tokens:
             raise BudgetError(
                 f"max_tokens={max_tokens} cannot hold the shortest valid output, "
@@ -36,9 +37,9 @@ class LogitsProcessor:
         self.max_tokens = max_tokens
         self.base: int | None = None
         self.consumed: list[int] = []
-        self.states = [0]
+        self.states = [grammar.initial_state]
         self.ended = False
-        self.table = None
+        self.width: int | None = None
 
     @property
     def state(self) -> int:
@@ -47,11 +48,15 @@ class LogitsProcessor:
     @property
     def accepting(self) -> bool:
         """True when the output so far is complete and valid."""
-        return bool(self.grammar.automaton.final[self.state])
+        return self.grammar.is_final(self.state)
+
+    @property
+    def complete(self) -> bool:
+        """True when the output is complete and nothing but end-of-sequence may follow."""
+        return self.ended or self.grammar.is_complete(self.state)
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
-        if self.table is None or self.table.width != logits.shape[-1]:
-            self.table = self.grammar.mask_table(logits.shape[-1])
+        width = logits.shape[-1]
         tokens = tokens.reshape(-1)
         length = tokens.shape[0]
         if self.base is None:
@@ -59,8 +64,8 @@ class LogitsProcessor:
         else:
             self._follow(tokens, length)
         if self.ended:
-            return logits + self.table.eos_only
-        return logits + self.table.mask(self.state, self.max_tokens - len(self.consumed))
+            return logits + self.grammar.eos_mask(width)
+        return logits + self.grammar.mask(self.state, self.max_tokens - len(self.consumed), width)
 
     def _follow(self, tokens: mx.array, length: int) -> None:
         produced = length - self.base
@@ -84,20 +89,20 @@ class LogitsProcessor:
 
     def advance(self, token: int) -> None:
         """Consume one generated token; raises GenerationError if the automaton forbids it."""
-        a = self.grammar.automaton
+        g = self.grammar
         if self.ended:
             # mlx-lm builds one more step before it notices the end; only EOS may follow it
             if token not in self.grammar.vocab.eos_ids:
                 raise GenerationError(f"token {token} arrived after the output had ended")
             nxt = self.state
         elif token in self.grammar.vocab.eos_ids:
-            if not a.final[self.state]:
+            if not g.is_final(self.state):
                 raise GenerationError(f"end-of-sequence token {token} before the output was complete")
             self.ended = True
             nxt = self.state
         else:
-            nxt = a.next_state(self.state, token)
-            if nxt < 0:
+            nxt = g.step(self.state, token, self.max_tokens - len(self.consumed) - 1)
+            if nxt is None:
                 raise GenerationError(
                     f"token {token} ({self.grammar.vocab.decode_bytes([token])!r}) is not allowed here"
                 )

@@ -1,0 +1,252 @@
+"""Turn generated output back into content, reasoning and tool calls, by the format's own rules.
+
+The parser's regexes are rendered from the same format tree and the same per-tool regexes as the
+mask, so whatever the mask allowed, the parser reads the same way. Python's ``regex`` module runs
+them; its prefix matching (``partial=True``) drives the streaming parser.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import jsonschema
+import regex
+
+from .errors import GenerationError
+from .formats import TEXT_REGEX, render
+
+if TYPE_CHECKING:
+    from .toolcalls import ToolGrammar
+
+
+def py_regex(rust: str) -> str:
+    """Our regex dialect (Rust's, as outlines-core reads it) in Python's: only ``\\x{...}`` differs."""
+    return regex.sub(r"\\x\{([0-9A-Fa-f]+)\}", lambda m: "\\U%08X" % int(m.group(1), 16), rust)
+
+
+@dataclass
+class ParsedOutput:
+    content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[dict] = field(default_factory=list)  # OpenAI shape, arguments as JSON text
+    errors: list[str] = field(default_factory=list)  # schema violations (only possible when lenient)
+
+
+class Parser:
+    """Built once per ToolGrammar (lazily: only when something is parsed)."""
+
+    def __init__(self, grammar: ToolGrammar) -> None:
+        self.g = grammar
+        self.fmt = fmt = grammar.format
+        self.symbols = dict(grammar._symbols)
+        by_text = {fmt.specials[name]: ch for name, ch in self.symbols.items()}
+        self.replace = sorted(by_text.items(), key=lambda kv: -len(kv[0]))
+        self.to_text = {ch: text for text, ch in by_text.items()}
+        self.calls = [regex.compile(py_regex(self._call_regex(ti, True)), regex.DOTALL)
+                      for ti in range(len(grammar.tools))]
+        any_call = "(?:" + "|".join(f"(?:{self._call_regex(ti, False)})" for ti in range(len(grammar.tools))) + ")"
+        self.any_call = regex.compile(py_regex(any_call), regex.DOTALL)
+
+        def fill(n):
+            if n[0] == "ref" and n[1] == "call":
+                return any_call
+            return self._fill_symbols(n)
+
+        self.top = regex.compile(py_regex(render(fmt, grammar.start, fill, groups=True)), regex.DOTALL)
+        region = fmt.rules.get("tool_calls", ("ref", "call"))
+        self.calls_region = regex.compile(py_regex(render(fmt, region, fill)), regex.DOTALL)
+        self.params = [
+            {key: (regex.compile(py_regex(self._parameter_regex(key, value)), regex.DOTALL), raw)
+             for key, (value, raw) in values.items()}
+            for values in grammar._values
+        ]
+        reasoning = fmt.rules.get("reasoning")
+        self.reasoning_closer = self._closer(reasoning) if reasoning is not None else ""
+
+    def _fill_symbols(self, n):
+        if n[0] == "sym":
+            return regex.escape(self.symbols[n[1]])
+        if n[0] == "hole" and n[1] == "TEXT":
+            return TEXT_REGEX
+        return None
+
+    def _call_regex(self, ti: int, groups: bool) -> str:
+        tool, holes = self.g.tools[ti], self.g._holes[ti]
+
+        def fill(n):
+            got = self._fill_symbols(n)
+            if got is not None or n[0] != "hole":
+                return got
+            inner = {"TOOL_NAME": regex.escape(tool.name), "CALL_INDEX": "[0-9]+"}.get(n[1]) or holes[n[1]]
+            return f"(?P<{n[1]}>{inner})" if groups else inner
+
+        return "".join(render(self.fmt, ("seq", p.items), fill) for p in self.g._specs[ti])
+
+    def _parameter_regex(self, key: str, value: str) -> str:
+        def fill(n):
+            got = self._fill_symbols(n)
+            if got is not None or n[0] != "hole":
+                return got
+            return regex.escape(key) if n[1] == "PARAM_KEY" else f"(?P<PARAM_VALUE>{value})"
+
+        return render(self.fmt, self.fmt.rules["parameter"], fill)
+
+    def _closer(self, node) -> str:
+        """The fixed text after the free text of ``node`` (appended to test whether we are inside it)."""
+        items = node[1] if node[0] == "seq" else [node]
+        texts = [k for k, it in enumerate(items) if it == ("hole", "TEXT")]
+        out = []
+        for it in items[texts[-1] + 1:] if texts else []:
+            if it[0] == "lit":
+                out.append(it[1])
+            elif it[0] == "sym":
+                out.append(self.symbols[it[1]])
+            else:
+                return ""
+        return "".join(out)
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def symbol_text(self, output: Any) -> str:
+        """Token ids (exact) or text (special tokens recognised by their text) as symbol text."""
+        if isinstance(output, str):
+            for text, ch in self.replace:
+                output = output.replace(text, ch)
+            return output
+        vocab = self.g.vocab
+        syms = vocab._symbols
+        data = bytearray()
+        for t in output:
+            if t in vocab.eos_ids:
+                break
+            if t in syms:
+                data += syms[t].encode()
+            elif t < len(vocab.token_bytes) and vocab.token_bytes[t] is not None:
+                data += vocab.token_bytes[t]
+            else:
+                raise GenerationError(f"token {t} is neither ordinary text nor a token of the {self.fmt.name} format")
+        return data.decode("utf-8", errors="replace")
+
+    def plain(self, text: str) -> str:
+        return "".join(self.to_text.get(c, c) for c in text)
+
+    def parse(self, output: Any) -> ParsedOutput:
+        text = self.symbol_text(output)
+        m = self.top.fullmatch(text)
+        if m is None:
+            raise GenerationError(f"output does not follow the {self.fmt.name} format: {self.plain(text)[:300]!r}")
+        gd = m.groupdict()
+        out = ParsedOutput(reasoning=_clean(gd.get("reasoning_text")), content=_clean(gd.get("content_text")))
+        if gd.get("tool_calls") is not None:
+            for cm in self.any_call.finditer(text, *m.span("tool_calls")):
+                out.tool_calls.append(self.call(cm.group(), out.errors))
+        return out
+
+    def call(self, text: str, errors: list[str]) -> dict:
+        """One call's text as an OpenAI tool call; schema violations go to ``errors``."""
+        for ti, pattern in enumerate(self.calls):
+            m = pattern.fullmatch(text)
+            if m is None:
+                continue
+            tool = self.g.tools[ti]
+            gd = m.groupdict()
+            # the arguments keep the model's own JSON text (re-serialising could turn 1e999 into Infinity)
+            if gd.get("ARGUMENTS") is not None:
+                text_args = gd["ARGUMENTS"]
+            else:
+                text_args = self._parameters(ti, gd.get("PARAMETERS") or "")
+            errors += schema_errors(tool.name, tool.parameters, json.loads(text_args))
+            call_id = (f"functions.{tool.name}:{gd['CALL_INDEX']}" if gd.get("CALL_INDEX") is not None
+                       else f"call_{uuid.uuid4().hex[:24]}")
+            return {"id": call_id, "type": "function", "function": {"name": tool.name, "arguments": text_args}}
+        raise GenerationError(f"not a call to an offered tool: {self.plain(text)[:300]!r}")
+
+    def _parameters(self, ti: int, text: str) -> str:
+        """XML parameters as JSON object text: raw strings quoted, other values as written."""
+        out, pos = {}, 0
+        while pos < len(text):
+            for key, (pattern, raw) in self.params[ti].items():
+                m = None if key in out else pattern.match(text, pos)
+                if m is not None:
+                    value = m.group("PARAM_VALUE")
+                    out[key] = json.dumps(value, ensure_ascii=False) if raw else value
+                    pos = m.end()
+                    break
+            else:
+                raise GenerationError(f"cannot read the parameters at {self.plain(text[pos:])[:200]!r}")
+        return "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {v}" for k, v in out.items()) + "}"
+
+
+def _clean(text: str | None) -> str | None:
+    return (text.strip() or None) if text is not None else None
+
+
+def schema_errors(name: str, schema: dict, arguments: Any) -> list[str]:
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return [f"tool {name!r} {'/'.join(map(str, e.absolute_path)) or '#'}: {e.message}"
+            for e in cls(schema).iter_errors(arguments)]
+
+
+class StreamParser:
+    """Feed token ids as they come; ``feed`` returns OpenAI-style deltas: ``{"reasoning_content": s}``,
+    ``{"content": s}``, ``{"tool_calls": [{"index", "id", "type", "function"}]}`` (a call is sent
+    whole once it is closed). Concatenated, the deltas equal ``parse`` of the whole output."""
+
+    def __init__(self, parser: Parser) -> None:
+        self.p = parser
+        self.ids: list[int] = []
+        self.sent = {"reasoning": 0, "content": 0}
+        self.calls = 0
+
+    def feed(self, token_ids: list[int]) -> list[dict]:
+        self.ids += list(token_ids)
+        text = self.p.symbol_text(self.ids)
+        if text.endswith("\ufffd"):
+            return []  # a character split across tokens: wait for its other bytes
+        m = self.p.top.fullmatch(text, partial=True)
+        if m is None:
+            raise GenerationError(f"output left the {self.p.fmt.name} format: {self.p.plain(text)[-200:]!r}")
+        gd = m.groupdict()
+        deltas = []
+        reasoning = gd.get("reasoning_text")
+        closer = self.p.reasoning_closer
+        if reasoning is None and closer:
+            trial = self.p.top.fullmatch(text + closer, partial=True)
+            if trial is not None and trial.groupdict().get("reasoning_text") is not None \
+                    and trial.end("reasoning_text") == len(text):
+                reasoning = trial.group("reasoning_text")
+        if reasoning is not None:
+            deltas += self._grow("reasoning", "reasoning_content", reasoning)
+        content = gd.get("content_text")
+        # text that could still become calls (Llama 3's bare JSON) is held back
+        if content is not None and self.p.calls_region.fullmatch(content.lstrip(), partial=True) is None:
+            deltas += self._grow("content", "content", content)
+        start = self._calls_start(m, len(text))
+        if start is not None:
+            for cm in list(self.p.any_call.finditer(text, start))[self.calls:]:
+                call = self.p.call(cm.group(), [])
+                deltas.append({"tool_calls": [{"index": self.calls, **call}]})
+                self.calls += 1
+        return deltas
+
+    @staticmethod
+    def _calls_start(m, length: int) -> int | None:
+        """Where the (possibly unfinished) calls begin, or None while the text is still content."""
+        gd = m.groupdict()
+        if gd.get("tool_calls") is not None:
+            return m.start("tool_calls")
+        if gd.get("content") is not None:
+            return m.end("content") if m.end("content") < length else None
+        return m.end("reasoning") if gd.get("reasoning") is not None else 0
+
+    def _grow(self, role: str, key: str, text: str) -> list[dict]:
+        """Send what is new, without leading and (not yet final) trailing whitespace."""
+        text = text.strip()
+        new = text[self.sent[role]:]
+        if not new:
+            return []
+        self.sent[role] = len(text)
+        return [{key: new}]

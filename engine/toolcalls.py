@@ -1,0 +1,699 @@
+"""Tool calls: compile a family's format plus the request's tools into a budget-aware matcher.
+
+Compiling everything into one automaton would cost seconds per tool list and recompile the whole
+list when one tool changes. Instead the turn is split where the text is always cut between
+tokens (at special tokens, and where a call starts):
+
+- the *outer* automaton is the turn with each call replaced by one macro symbol; it depends on
+  the format and the modes only, never on the tools;
+- each call is a chain of *pieces* per tool, cut after every special token at its top level;
+  a piece with no schema in it (``<|tool_call_begin|>functions.NAME:3<|tool_call_argument_begin|>``)
+  is a literal built directly, the others are regexes compiled (and cached) per tool.
+
+A match state is a small set of configurations (an outer state, or a position inside one tool's
+call). Every configuration carries its fewest tokens to the end of the turn, which is what keeps
+a call from opening without room to close and forces it closed before ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import re
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from .automaton import UNREACHABLE, Automaton, _distances, _LRU, compile_regex
+from .errors import BudgetError, CompileError, SchemaError
+from .formats import (
+    EMPTY,
+    FORMATS,
+    TEXT_REGEX,
+    Format,
+    body,
+    contains,
+    detect_format,
+    drop,
+    exclude_specials,
+    load_format,
+    must,
+    render,
+    single,
+    strip_open,
+    without,
+)
+from .schema import WHITESPACE, _escape, schema_to_regex
+from .vocabulary import Vocab, build_vocab
+
+MACRO = "\uefff"  # stands for "one call" in the outer automaton
+MACRO_ID = 1 << 30
+INDEX_MARK = "\x00"  # where CALL_INDEX goes in a literal piece (tool names cannot hold it)
+NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+DEFAULT_RESERVE = 32
+_STRING_KEYWORDS = ("minLength", "maxLength", "pattern", "format", "contentEncoding", "contentMediaType")
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    parameters: dict
+    description: str = ""
+
+    @property
+    def key(self) -> str:
+        return json.dumps([self.name, self.parameters], sort_keys=True)
+
+
+def normalize_tools(tools: Any) -> list[Tool]:
+    """OpenAI-shaped (or bare ``{"name", "parameters"}``) tool definitions, checked."""
+    if not isinstance(tools, (list, tuple)) or not tools:
+        raise SchemaError("tools must be a non-empty list of tool definitions")
+    out, seen = [], set()
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict):
+            raise SchemaError(f"tool #{i} is not an object")
+        f = t.get("function", t) if t.get("type", "function") == "function" else None
+        if not isinstance(f, dict):
+            raise SchemaError(f"tool #{i} has type {t.get('type')!r}; only 'function' tools are supported")
+        name = f.get("name")
+        if not isinstance(name, str) or not name:
+            raise SchemaError(f"tool #{i} has no name")
+        if not NAME_RE.fullmatch(name):
+            raise SchemaError(f"tool #{i} name {name!r} has characters tool-call formats cannot carry "
+                              "(allowed: letters, digits, _ . -)")
+        if name in seen:
+            raise SchemaError(f"tool name {name!r} is offered twice")
+        seen.add(name)
+        params = f.get("parameters")
+        if params is None:
+            params = {"type": "object", "properties": {}}
+        if not isinstance(params, dict) or params.get("type", "object") != "object":
+            raise SchemaError(f"tool {name!r}: parameters must be an object schema, got "
+                              f"{params.get('type') if isinstance(params, dict) else type(params).__name__!r}",
+                              pointer="#/parameters", keyword="type")
+        out.append(Tool(name, params, str(f.get("description", ""))))
+    return out
+
+
+def literal_automaton(text: str, vocab: Vocab) -> Automaton:
+    """The automaton of one fixed string (special tokens as their symbols), built directly."""
+    key = ("literal", vocab.fingerprint, text)
+    found = _LITERALS.get(key)
+    if found is not None:
+        return found
+    data = text.encode()
+    table = vocab.outlines_map
+    longest = _longest(vocab)
+    n = len(data)
+    edges: list[list[tuple[int, int]]] = [[] for _ in range(n + 1)]
+    for i in range(n):
+        for j in range(i + 1, min(n, i + longest) + 1):
+            for t in table.get(data[i:j], ()):
+                edges[i].append((t, j))
+    reach, stack = {0}, [0]
+    while stack:
+        for _, j in edges[stack.pop()]:
+            if j not in reach:
+                reach.add(j)
+                stack.append(j)
+    order = sorted(reach)
+    dense = {s: k for k, s in enumerate(order)}
+    counts = np.zeros(len(order) + 1, dtype=np.int64)
+    toks, tgts = [], []
+    for k, s in enumerate(order):
+        row = sorted(edges[s])
+        toks += [t for t, _ in row]
+        tgts += [dense[j] for _, j in row]
+        counts[k + 1] = len(row)
+    offsets = np.cumsum(counts)
+    tokens = np.asarray(toks, dtype=np.int32)
+    targets = np.asarray(tgts, dtype=np.int32)
+    final = np.array([s == n for s in order], dtype=bool)
+    dist = _distances(offsets, targets, final)
+    if dist[0] >= UNREACHABLE:
+        raise CompileError(f"the vocabulary cannot spell {text!r}")
+    a = Automaton(offsets, tokens, targets, final, dist, "literal")
+    _LITERALS.put(key, a, a.nbytes)
+    return a
+
+
+_LITERALS = _LRU(64 << 20)
+_LONGEST: dict[str, int] = {}
+
+
+def _longest(vocab: Vocab) -> int:
+    n = _LONGEST.get(vocab.fingerprint)
+    if n is None:
+        n = _LONGEST[vocab.fingerprint] = max(len(b) for b in vocab.outlines_map)
+    return n
+
+
+def _tool_vocab(vocab: Vocab, fmt: Format) -> Vocab:
+    """The vocabulary with the format's own special tokens removed from the end-of-sequence ids."""
+    named = {vocab.special.get(t) for t in fmt.special_texts()}
+    eos = tuple(i for i in vocab.eos_ids if i not in named)
+    if eos == vocab.eos_ids:
+        return vocab
+    if not eos:
+        raise CompileError(f"format {fmt.name}: every end-of-sequence token of the tokenizer is also a format token")
+    key = (vocab.fingerprint, eos)
+    with _VOCAB_LOCK:
+        v = _DERIVED.get(key)
+        if v is None:
+            v = _DERIVED[key] = Vocab(vocab.token_bytes, vocab.special, eos, vocab.size, vocab.name, vocab.dropped)
+        return v
+
+
+_DERIVED: dict = {}
+_VOCAB_LOCK = threading.Lock()
+
+
+@dataclass
+class _Piece:
+    literal: bool
+    text: str  # the literal (CALL_INDEX as INDEX_MARK) or the regex
+    items: list  # the call rule's items it was made from (the parser renders them again)
+    indexed: bool = False
+
+
+class ToolGrammar:
+    """A compiled tool-call grammar: cached and shared; ``processor(max_tokens)`` per request."""
+
+    def __init__(self, vocab: Vocab, fmt: Format, tools: list[Tool], *, tool_choice: Any, parallel: bool,
+                 thinking: Any, reserve: int, strict: bool, whitespace: str, workers: int) -> None:
+        self.vocab = vocab
+        self.format = fmt
+        self.offered = tools
+        self.tool_choice = tool_choice
+        self.parallel = parallel
+        self.thinking = thinking
+        self.reserve = reserve
+        self.unenforced: list[tuple[str, str]] = []
+        named = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else None
+        self.tools = [t for t in tools if t.name == named] if named else list(tools)
+        self.start = self._turn(fmt, tool_choice, parallel, thinking)
+        self._symbols = {name: vocab.symbol(text) for name, text in fmt.specials.items()}
+        self._holes: list[dict[str, str]] = []  # per tool: ARGUMENTS / PARAMETERS regex
+        self._values: list[dict[str, tuple[str, bool]]] = []  # per tool: parameter -> (regex, raw string)
+        self.whitespace = whitespace
+        self._specs = [self._call_pieces(t, strict, whitespace) for t in self.tools]
+        self._pieces: dict[tuple[int, int, int], Automaton] = {}
+        self._rest: dict[tuple[int, int, int], int] = {}
+        self._lock = threading.Lock()
+        self._compile_pieces(workers)
+        self._build_outer()
+        self._masks: dict = {}
+        self._by_content = _LRU(256 << 20)
+        self._eos: dict[int, mx.array] = {}
+        self.parser = None
+
+    # --- the turn, per mode ------------------------------------------------------------------
+
+    @staticmethod
+    def _turn(fmt: Format, tool_choice: Any, parallel: bool, thinking: Any):
+        start = ("ref", "start", fmt.rules["start"])
+        has_reasoning = "reasoning" in fmt.rules and contains(fmt, start, "reasoning")
+        if thinking is False and has_reasoning:
+            start = without(fmt, start, "reasoning")
+        elif thinking in (True, "open"):
+            if not has_reasoning:
+                raise CompileError(f"format {fmt.name} has no thinking section")
+            start = must(fmt, start, "reasoning")
+            if thinking == "open":
+                start = strip_open(fmt, start, "reasoning")
+        if tool_choice == "none":
+            start = without(fmt, start, "call")
+        elif tool_choice == "required" or isinstance(tool_choice, dict):
+            start = must(fmt, drop(fmt, start, "content"), "call")
+            if start is None:
+                raise CompileError(f"format {fmt.name}: the start rule cannot hold a call")
+        if not parallel:
+            start = single(fmt, start, "call")
+        return start
+
+    # --- per-tool pieces -----------------------------------------------------------------------
+
+    def _fill_symbols(self, node):
+        if node[0] == "sym":
+            return self._symbols[node[1]]
+        if node[0] == "hole" and node[1] == "TEXT":
+            return TEXT_REGEX
+        return None
+
+    def _call_pieces(self, tool: Tool, strict: bool, whitespace: str) -> list[_Piece]:
+        fmt = self.format
+        call = fmt.rules["call"]
+        items = call[1] if call[0] == "seq" else [call]
+        groups, cur = [], []
+        for it in items:
+            cur.append(it)
+            if it[0] == "sym":
+                groups.append(cur)
+                cur = []
+        if cur:
+            groups.append(cur)
+        self._holes.append({})
+        self._values.append({})
+        pieces = []
+        for g in groups:
+            literal = all(it[0] in ("lit", "sym") or (it[0] == "hole" and it[1] in ("TOOL_NAME", "CALL_INDEX")) for it in g)
+            if literal:
+                text = "".join(it[1] if it[0] == "lit" else self._symbols[it[1]] if it[0] == "sym"
+                               else tool.name if it[1] == "TOOL_NAME" else INDEX_MARK for it in g)
+                pieces.append(_Piece(True, text, g, INDEX_MARK in text))
+            else:
+                if any(it == ("hole", "CALL_INDEX") for it in g):
+                    raise CompileError(f"format {fmt.name}: CALL_INDEX must sit in a piece without arguments")
+                regex = render(fmt, ("seq", g), lambda n: self._fill_call(n, tool, strict, whitespace))
+                pieces.append(_Piece(False, regex, g))
+        return pieces
+
+    def _fill_call(self, node, tool: Tool, strict: bool, whitespace: str):
+        got = self._fill_symbols(node)
+        if got is not None or node[0] != "hole":
+            return got
+        if node[1] == "TOOL_NAME":
+            return _escape(tool.name)
+        if node[1] == "ARGUMENTS":
+            got = self._json_regex(tool.parameters, f"tool {tool.name!r}", strict, whitespace)
+        elif node[1] == "PARAMETERS":
+            got = self._parameters_regex(tool, strict, whitespace)
+        else:
+            raise CompileError(f"format {self.format.name}: hole {node[1]} cannot appear in a call")
+        self._holes[-1][node[1]] = got
+        return got
+
+    def _json_regex(self, schema: Any, where: str, strict: bool, whitespace: str, pointer: str = "#") -> str:
+        try:
+            t = _translate(json.dumps(schema, sort_keys=True), whitespace, strict)
+        except SchemaError as e:
+            raise SchemaError(f"{where}: {e}", pointer=pointer + (e.pointer or "#")[1:], keyword=e.keyword) from None
+        self.unenforced += [(f"{where} {pointer}{p[1:]}", k) for p, k in t.unenforced]
+        return t.regex
+
+    def _parameters_regex(self, tool: Tool, strict: bool, whitespace: str) -> str:
+        fmt = self.format
+        if "parameter" not in fmt.rules:
+            raise CompileError(f"format {fmt.name} uses PARAMETERS but defines no 'parameter' rule")
+        props = dict(tool.parameters.get("properties") or {})
+        required = list(tool.parameters.get("required") or [])
+        extra = tool.parameters.get("additionalProperties", True)
+        for k in required:
+            if k not in props:
+                props[k] = extra if isinstance(extra, dict) else {}
+        out = []
+        for key, sub in props.items():
+            value = self._value_regex(tool, key, sub, strict, whitespace)
+            raw = isinstance(sub, dict) and sub.get("type") == "string" and "RAW_STRING" in fmt.patterns
+            self._values[-1][key] = (value, raw)
+
+            def fill(n, key=key, value=value):
+                got = self._fill_symbols(n)
+                if got is not None or n[0] != "hole":
+                    return got
+                if n[1] == "PARAM_KEY":
+                    return _escape(key)
+                if n[1] == "PARAM_VALUE":
+                    return value
+                raise CompileError(f"format {fmt.name}: hole {n[1]} cannot appear in a parameter")
+
+            one = render(fmt, fmt.rules["parameter"], fill)
+            out.append(one if key in required else f"(?:{one})?")
+        return "".join(out)
+
+    def _value_regex(self, tool: Tool, key: str, sub: Any, strict: bool, whitespace: str) -> str:
+        pointer = f"#/properties/{key}"
+        if isinstance(sub, dict) and sub.get("type") == "string" and "RAW_STRING" in self.format.patterns:
+            choices = sub.get("enum", [sub["const"]] if "const" in sub else None)
+            if choices is not None:
+                return "(?:" + "|".join(_escape(c) for c in choices if isinstance(c, str)) + ")"
+            for kw in _STRING_KEYWORDS:
+                if kw in sub:
+                    if strict:
+                        raise SchemaError(f"tool {tool.name!r}: {kw!r} on a raw string parameter is not supported",
+                                          pointer=pointer, keyword=kw)
+                    self.unenforced.append((f"tool {tool.name!r} {pointer}", kw))
+            return "(?:" + exclude_specials(self.format.patterns["RAW_STRING"]) + ")"
+        return self._json_regex(sub, f"tool {tool.name!r}", strict, whitespace, pointer)
+
+    def _compile_pieces(self, workers: int) -> None:
+        jobs = [(ti, p) for ti, spec in enumerate(self._specs) for p, pc in enumerate(spec) if not pc.literal]
+        def build(job):
+            ti, p = job
+            return job, compile_regex(self._specs[ti][p].text, self.vocab)
+        if workers > 1 and len(jobs) > 1:
+            with ThreadPoolExecutor(workers) as ex:
+                done = list(ex.map(build, jobs))
+        else:
+            done = [build(j) for j in jobs]
+        for (ti, p), a in done:
+            self._pieces[(ti, p, 0)] = a
+
+    def piece(self, ti: int, p: int, k: int) -> Automaton:
+        spec = self._specs[ti][p]
+        key = (ti, p, k if spec.indexed else 0)
+        a = self._pieces.get(key)
+        if a is None:
+            a = literal_automaton(spec.text.replace(INDEX_MARK, str(k)), self.vocab)
+            with self._lock:
+                self._pieces[key] = a
+        return a
+
+    def rest(self, ti: int, p: int, k: int) -> int:
+        """Fewest tokens of the pieces after ``p`` of tool ``ti``'s call number ``k``."""
+        key = (ti, p, k)
+        r = self._rest.get(key)
+        if r is None:
+            r = sum(self.piece(ti, q, k).min_tokens for q in range(p + 1, len(self._specs[ti])))
+            self._rest[key] = r
+        return r
+
+    def call_min(self, ti: int, k: int = 0) -> int:
+        return self.rest(ti, -1, k)
+
+    # --- the outer automaton -----------------------------------------------------------------
+
+    def _build_outer(self) -> None:
+        fmt = self.format
+
+        def fill(n):
+            got = self._fill_symbols(n)
+            if got is not None:
+                return got
+            if n[0] == "ref" and n[1] == "call":
+                return MACRO
+            if n[0] == "hole":
+                raise CompileError(f"format {fmt.name}: hole {n[1]} outside the call rule")
+            return None
+
+        self.outer_regex = render(fmt, self.start, fill)
+        a = compile_regex(self.outer_regex, self.vocab, macro=(MACRO, MACRO_ID))
+        self.outer = a
+        n = a.num_states
+        ends = a.offsets[1:]
+        has = (ends > a.offsets[:-1]) & (a.tokens[np.maximum(ends - 1, 0)] == MACRO_ID)
+        self.macro_ret = np.where(has, a.targets[np.maximum(ends - 1, 0)], -1)
+        self.macro_weight = min((self.call_min(ti) for ti in range(len(self.tools))), default=UNREACHABLE)
+        zero = np.zeros(n, dtype=np.int64)
+        plain = self._weighted(a, self.macro_weight, zero)
+        no_call = self._weighted(a, UNREACHABLE, zero)
+        src = np.repeat(np.arange(n), np.diff(a.offsets))
+        loops = np.zeros(n, dtype=bool)
+        loops[src[a.targets == src]] = True
+        self.tail = plain  # fewest tokens to finish the turn from each outer state
+        # Free text (thinking) before a call that must come keeps `reserve` tokens spare for the
+        # call's arguments; as a per-state surcharge it keeps the distances consistent.
+        zone = loops & (no_call >= UNREACHABLE) & (plain < UNREACHABLE)
+        self.eff = self._weighted(a, self.macro_weight, np.where(zone, self.reserve, 0))
+        self.min_tokens = int(plain[0])
+        if self.min_tokens >= UNREACHABLE:
+            raise CompileError("no complete turn is possible with these tools and modes")
+
+    def _weighted(self, a: Automaton, w: int, surcharge: np.ndarray) -> np.ndarray:
+        """Fewest tokens to acceptance: a call (macro edge) counts ``w``, leaving state s costs
+        ``surcharge[s]`` more (reverse Dijkstra)."""
+        n = a.num_states
+        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(a.offsets))
+        macro = a.tokens == MACRO_ID
+        edges = np.unique(src[~macro] * n + a.targets[~macro])
+        preds: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        for s, t in zip((edges // n).tolist(), (edges % n).tolist()):
+            preds[t].append((s, 1))
+        if w < UNREACHABLE:
+            for s, t in zip(src[macro].tolist(), a.targets[macro].tolist()):
+                preds[t].append((s, w))
+        dist = np.full(n, UNREACHABLE, dtype=np.int64)
+        heap = [(0, s) for s in np.flatnonzero(a.final).tolist()]
+        for _, s in heap:
+            dist[s] = 0
+        heapq.heapify(heap)
+        while heap:
+            d, t = heapq.heappop(heap)
+            if d > dist[t]:
+                continue
+            for s, wt in preds[t]:
+                cand = d + wt + int(surcharge[s])
+                if cand < dist[s]:
+                    dist[s] = cand
+                    heapq.heappush(heap, (cand, s))
+        return dist
+
+    # --- matching (the protocol LogitsProcessor drives) -------------------------------------
+
+    @property
+    def initial_state(self) -> tuple:
+        return (("o", 0, 0),)
+
+    def _dist(self, c: tuple) -> int:
+        if c[0] == "o":
+            return int(self.eff[c[1]])
+        _, r, k, ti, p, st = c
+        return int(self.piece(ti, p, k).dist[st]) + self.rest(ti, p, k) + int(self.tail[r])
+
+    def _settle(self, c: tuple) -> list[tuple]:
+        _, r, k, ti, p, st = c
+        a = self.piece(ti, p, k)
+        out = [c] if a.offsets[st + 1] > a.offsets[st] else []
+        if a.final[st]:
+            out.append(("c", r, k, ti, p + 1, 0) if p + 1 < len(self._specs[ti]) else ("o", r, k + 1))
+        return out
+
+    def step(self, state: tuple, token: int, left: int) -> tuple | None:
+        """The state after ``token`` with ``left`` tokens still to come, or None if it is not allowed."""
+        out = []
+        for c in state:
+            if c[0] == "o":
+                _, s, k = c
+                t = self.outer.next_state(s, token)
+                if t >= 0:
+                    out.append(("o", t, k))
+                r = int(self.macro_ret[s])
+                if r >= 0:
+                    for ti in range(len(self.tools)):
+                        st = self.piece(ti, 0, k).next_state(0, token)
+                        if st >= 0:
+                            out += self._settle(("c", r, k, ti, 0, st))
+            else:
+                _, r, k, ti, p, st = c
+                st = self.piece(ti, p, k).next_state(st, token)
+                if st >= 0:
+                    out += self._settle(("c", r, k, ti, p, st))
+        out = tuple(sorted(set(c for c in out if self._dist(c) <= max(left, 0))))
+        return out or None
+
+    def is_final(self, state: tuple) -> bool:
+        return any(c[0] == "o" and self.outer.final[c[1]] for c in state)
+
+    def is_complete(self, state: tuple) -> bool:
+        o = self.outer
+        return self.is_final(state) and all(
+            c[0] == "o" and o.offsets[c[1] + 1] == o.offsets[c[1]] for c in state)
+
+    def _allowed(self, c: tuple, budget: int) -> list[np.ndarray]:
+        if c[0] == "o":
+            _, s, k = c
+            o = self.outer
+            lo, hi = o.offsets[s], o.offsets[s + 1]
+            toks = o.tokens[lo:hi]
+            ok = (self.eff[o.targets[lo:hi]] <= budget) & (toks != MACRO_ID)
+            parts = [toks[ok]]
+            r = int(self.macro_ret[s])
+            if r >= 0:
+                for ti in range(len(self.tools)):
+                    parts += self._piece_allowed(ti, 0, k, 0, r, budget)
+            return parts
+        _, r, k, ti, p, st = c
+        return self._piece_allowed(ti, p, k, st, r, budget)
+
+    def _piece_allowed(self, ti, p, k, st, r, budget) -> list[np.ndarray]:
+        a = self.piece(ti, p, k)
+        offset = self.rest(ti, p, k) + int(self.tail[r])
+        lo, hi = a.offsets[st], a.offsets[st + 1]
+        return [a.tokens[lo:hi][a.dist[a.targets[lo:hi]] + offset <= budget]]
+
+    def _cap(self, c: tuple) -> int:
+        """The largest budget that can still change this configuration's mask."""
+        if c[0] == "o":
+            _, s, k = c
+            o = self.outer
+            lo, hi = o.offsets[s], o.offsets[s + 1]
+            d = self.eff[o.targets[lo:hi]]
+            cap = int(d[d < UNREACHABLE].max(initial=0))
+            r = int(self.macro_ret[s])
+            if r >= 0:
+                cap = max([cap] + [self._piece_cap(ti, 0, k, 0, r) for ti in range(len(self.tools))])
+            return cap
+        _, r, k, ti, p, st = c
+        return self._piece_cap(ti, p, k, st, r)
+
+    def _piece_cap(self, ti, p, k, st, r) -> int:
+        a = self.piece(ti, p, k)
+        lo, hi = a.offsets[st], a.offsets[st + 1]
+        d = a.dist[a.targets[lo:hi]]
+        d = d[d < UNREACHABLE]
+        return int(d.max(initial=0)) + self.rest(ti, p, k) + int(self.tail[r])
+
+    def mask(self, state: tuple, left: int, width: int) -> mx.array:
+        budget = left - 1
+        caps = self._masks.get(("cap", state))
+        if caps is None:
+            caps = self._masks[("cap", state)] = max(self._cap(c) for c in state)
+        key = (state, min(budget, caps), width)
+        digest = self._masks.get(key)
+        m = self._by_content.get(digest) if digest is not None else None
+        if m is not None:
+            return m
+        parts = [np.zeros(0, np.int32)]
+        if budget >= 0:
+            for c in state:
+                parts += self._allowed(c, budget)
+        ids = np.unique(np.concatenate(parts))
+        ids = ids[ids < width]
+        if self.is_final(state):
+            ids = np.concatenate([ids, np.asarray([i for i in self.vocab.eos_ids if i < width], np.int32)])
+        if len(ids) == 0:
+            return self.eos_mask(width)
+        digest = hashlib.blake2b(ids.astype(np.int32).tobytes() + width.to_bytes(4, "little"), digest_size=16).digest()
+        m = self._by_content.get(digest)
+        if m is None:
+            a = np.full(width, -np.inf, dtype=np.float32)
+            a[ids] = 0.0
+            m = mx.array(a)
+            self._by_content.put(digest, m, width * 4)
+        self._masks[key] = digest
+        return m
+
+    def eos_mask(self, width: int) -> mx.array:
+        m = self._eos.get(width)
+        if m is None:
+            a = np.full(width, -np.inf, dtype=np.float32)
+            a[self.vocab.eos_ids[0]] = 0.0
+            m = self._eos[width] = mx.array(a)
+        return m
+
+    def processor(self, max_tokens: int):
+        """A fresh per-request processor; raises BudgetError when ``max_tokens`` cannot hold a turn."""
+        from .processor import LogitsProcessor
+
+        if max_tokens < self.min_tokens:
+            raise BudgetError(f"max_tokens={max_tokens} cannot hold the shortest valid turn, which needs "
+                              f"{self.min_tokens} tokens (tool_choice={self.tool_choice!r})")
+        return LogitsProcessor(self, max_tokens)
+
+    def walk(self, token_ids: list[int], max_tokens: int | None = None) -> tuple | None:
+        """The state after ``token_ids`` (end-of-sequence ids stop the walk), or None."""
+        left = max_tokens if max_tokens is not None else UNREACHABLE
+        state = self.initial_state
+        for i, t in enumerate(token_ids):
+            if t in self.vocab.eos_ids:
+                break
+            state = self.step(state, t, left - i - 1)
+            if state is None:
+                return None
+        return state
+
+    def parse(self, output: Any):
+        """Content, reasoning and OpenAI-shaped tool calls from generated text or token ids."""
+        return self._parser().parse(output)
+
+    def stream_parser(self):
+        """An incremental parser: feed token ids, get OpenAI-style deltas."""
+        from .parser import StreamParser
+
+        return StreamParser(self._parser())
+
+    def _parser(self):
+        from .parser import Parser
+
+        with self._lock:
+            if self.parser is None:
+                self.parser = Parser(self)
+            return self.parser
+
+
+@dataclass(frozen=True)
+class _Translation:
+    regex: str
+    unenforced: list = field(default_factory=list)
+
+
+_TRANSLATIONS: OrderedDict = OrderedDict()
+
+
+def _translate(schema_json: str, whitespace: str, strict: bool) -> _Translation:
+    key = (schema_json, whitespace, strict)
+    t = _TRANSLATIONS.get(key)
+    if t is None:
+        r = schema_to_regex(json.loads(schema_json), whitespace=whitespace, strict=strict)
+        t = _TRANSLATIONS[key] = _Translation(r.regex, list(r.unenforced))
+        while len(_TRANSLATIONS) > 4096:
+            _TRANSLATIONS.popitem(last=False)
+    return t
+
+
+_GRAMMARS: OrderedDict = OrderedDict()
+_GRAMMARS_LOCK = threading.Lock()
+
+
+def compile_tools(
+    tokenizer: Any,
+    tools: Any,
+    *,
+    tool_choice: Any = "auto",
+    parallel_tool_calls: bool = True,
+    format: str | None = None,
+    thinking: Any = None,
+    reserve: int = DEFAULT_RESERVE,
+    strict: bool = True,
+    whitespace: str = WHITESPACE,
+    workers: int = 2,
+) -> ToolGrammar:
+    """Compile ``tools`` in the model family's tool-call format; cached by tokenizer and request.
+
+    ``tool_choice``: "auto", "required", "none" or ``{"type": "function", "function": {"name": ...}}``.
+    ``thinking``: None (as the model likes), True (think first), False (no thinking) or "open"
+    (the prompt already opened the thinking section). ``reserve``: tokens kept for the call's
+    arguments when a required call has to cut thinking short. Per-tool pieces are cached apart,
+    so a changed tool list compiles only the tools that changed.
+    """
+    base = build_vocab(tokenizer)
+    name = format or detect_format(tokenizer)
+    if name not in FORMATS:
+        raise CompileError(f"unknown tool-call format {name!r}; known: {', '.join(FORMATS)}")
+    fmt = load_format(name)
+    missing = [t for t in fmt.special_texts() if not base.has_token(t)]
+    if missing:
+        raise CompileError(f"format {name!r} needs the special tokens {missing}, which tokenizer "
+                           f"{base.name!r} does not have")
+    tools = normalize_tools(tools)
+    if tool_choice not in ("auto", "required", "none"):
+        wanted = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else None
+        if not isinstance(wanted, str):
+            raise SchemaError(f"tool_choice must be 'auto', 'required', 'none' or "
+                              f"{{'type': 'function', 'function': {{'name': ...}}}}, got {tool_choice!r}")
+        if wanted not in {t.name for t in tools}:
+            raise SchemaError(f"tool_choice names {wanted!r}, which is not among the offered tools")
+    if thinking not in (None, True, False, "open"):
+        raise CompileError(f"thinking must be None, True, False or 'open', got {thinking!r}")
+    vocab = _tool_vocab(base, fmt)
+    key = (vocab.fingerprint, name, json.dumps([t.key for t in tools]), json.dumps(tool_choice, sort_keys=True),
+           bool(parallel_tool_calls), thinking, reserve, strict, whitespace)
+    with _GRAMMARS_LOCK:
+        g = _GRAMMARS.get(key)
+        if g is not None:
+            _GRAMMARS.move_to_end(key)
+            return g
+    g = ToolGrammar(vocab, fmt, tools, tool_choice=tool_choice, parallel=bool(parallel_tool_calls),
+                    thinking=thinking, reserve=reserve, strict=strict, whitespace=whitespace, workers=workers)
+    with _GRAMMARS_LOCK:
+        g = _GRAMMARS.setdefault(key, g)
+        while len(_GRAMMARS) > 256:
+            _GRAMMARS.popitem(last=False)
+    return g
