@@ -8,24 +8,33 @@ from .errors import (
     TokenizerError,
     ToolgateError,
 )
+from .formats import FORMATS, detect_format
 from .generate import Result, generate
 from .grammar import Grammar, compile_json_schema, compile_regex_grammar
+from .parser import ParsedOutput, StreamParser
 from .processor import LogitsProcessor
+from .toolcalls import ToolGrammar, compile_tools
 from .vocabulary import Vocab, build_vocab
 
 __all__ = [
     "BudgetError",
     "CompileError",
+    "FORMATS",
     "GenerationError",
     "Grammar",
     "LogitsProcessor",
+    "ParsedOutput",
     "Result",
     "SchemaError",
+    "StreamParser",
     "TokenizerError",
+    "ToolGrammar",
     "ToolgateError",
     "Vocab",
     "build_vocab",
     "compile_json_schema",
     "compile_regex_grammar",
+    "compile_tools",
+    "detect_format",
     "generate",
 ]

@@ -15,6 +15,7 @@ class SchemaError(ToolgateError):
     """A JSON schema the engine cannot enforce: names the keyword and its JSON pointer."""
 
     def __init__(self, message: str, *, pointer: str = "", keyword: str = "") -> None:
+        self.message = message
         self.pointer = pointer or "#"
         self.keyword = keyword
         where = f" at {self.pointer}" if keyword or pointer else ""

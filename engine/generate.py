@@ -9,16 +9,20 @@ import mlx.core as mx
 from mlx_lm import stream_generate
 
 from .grammar import Grammar, compile_json_schema
+from .toolcalls import ToolGrammar, compile_tools
 
 
 @dataclass
 class Result:
     text: str
     parsed: Any = None
-    finish_reason: str = "stop"  # "stop": complete output; "length": the budget ended free text
+    finish_reason: str = "stop"  # "stop" | "tool_calls" | "length" (only when the budget ended free text)
     usage: dict = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)  # schema violations (only possible when lenient)
     token_ids: list[int] = field(default_factory=list)
+    content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[dict] = field(default_factory=list)
 
 
 def _schema_of(response_format: Any) -> Any:
@@ -34,12 +38,24 @@ def _schema_of(response_format: Any) -> Any:
     return response_format
 
 
-def _prompt_ids(tokenizer: Any, prompt: Any) -> list[int]:
+def _prompt_ids(tokenizer: Any, prompt: Any, tools: Any = None, thinking: Any = None) -> list[int]:
     if isinstance(prompt, str):
         return tokenizer.encode(prompt, add_special_tokens=False)
     if prompt and isinstance(prompt[0], dict):
-        return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+        extra = {} if thinking is None else {"enable_thinking": bool(thinking)}
+        return list(tokenizer.apply_chat_template(prompt, tools=tools, add_generation_prompt=True,
+                                                  tokenize=True, **extra))
     return list(prompt)
+
+
+def _opened_thinking(tokenizer: Any, ids: list[int], grammar: ToolGrammar) -> bool:
+    """True when the prompt ends inside an opened thinking section (Qwen3.5-style templates)."""
+    reasoning = grammar.format.rules.get("reasoning")
+    if reasoning is None or reasoning[0] != "seq" or reasoning[1][0][0] != "sym":
+        return False
+    opener = grammar.format.specials[reasoning[1][0][1]]
+    tail = tokenizer.decode(ids[-4:])
+    return tail.rstrip().endswith(opener)
 
 
 def generate(
@@ -48,17 +64,40 @@ def generate(
     prompt: Any,
     *,
     response_format: Any = None,
+    tools: Any = None,
+    tool_choice: Any = "auto",
+    parallel_tool_calls: bool = True,
+    format: str | None = None,
+    thinking: Any = None,
     max_tokens: int = 256,
     sampler: Any = None,
     **kwargs: Any,
 ) -> Result:
-    """Generate with mlx-lm; with ``response_format`` (a JSON schema, OpenAI's
-    ``{"type": "json_schema", ...}``, or a compiled Grammar) the text is always complete,
-    valid JSON within ``max_tokens``. ``prompt`` is text, token ids or chat messages."""
+    """Generate with mlx-lm under a constraint; ``prompt`` is text, token ids or chat messages
+    (rendered with the tokenizer's chat template, tools included).
+
+    With ``response_format`` (a JSON schema, OpenAI's ``{"type": "json_schema", ...}`` or a
+    compiled Grammar) the text is complete, valid JSON within ``max_tokens``. With ``tools``
+    (OpenAI tool definitions, or a compiled ToolGrammar) every call names an offered tool, has
+    valid arguments and is closed within ``max_tokens``; see ``compile_tools`` for the modes.
+    """
+    if response_format is not None and tools is not None:
+        raise ValueError("pass either response_format or tools, not both")
     grammar = None
     if response_format is not None:
         grammar = response_format if isinstance(response_format, Grammar) else compile_json_schema(tokenizer, _schema_of(response_format))
-    ids = _prompt_ids(tokenizer, prompt)
+    tool_defs = None if isinstance(tools, ToolGrammar) else tools
+    ids = _prompt_ids(tokenizer, prompt, tool_defs, thinking)
+    if tools is not None:
+        if isinstance(tools, ToolGrammar):
+            grammar = tools
+        else:
+            if thinking is None and _opened_thinking(tokenizer, ids, compile_tools(
+                    tokenizer, tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
+                    format=format, thinking=None)):
+                thinking = "open"
+            grammar = compile_tools(tokenizer, tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
+                                    format=format, thinking=thinking)
     processors = list(kwargs.pop("logits_processors", None) or [])
     proc = grammar.processor(max_tokens) if grammar is not None else None
     if proc is not None:
@@ -72,14 +111,30 @@ def generate(
             ended = True
             break
         out.append(response.token)
+        if proc is not None and proc.complete:
+            ended = True  # e.g. Harmony's <|call|>: nothing but the end can follow
+            break
     text = tokenizer.decode(out)
     result = Result(text=text, token_ids=out, usage={
         "prompt_tokens": len(ids), "completion_tokens": len(out) + int(ended),
         "total_tokens": len(ids) + len(out) + int(ended)})
-    if grammar is not None:
+    if isinstance(grammar, ToolGrammar):
+        state = grammar.walk(out, max_tokens)
+        complete = state is not None and grammar.is_final(state)
+        if complete:
+            parsed = grammar.parse(out)
+            result.content, result.reasoning, result.tool_calls = parsed.content, parsed.reasoning, parsed.tool_calls
+            result.errors = parsed.errors
+            result.parsed = parsed
+            result.finish_reason = "tool_calls" if parsed.tool_calls else "stop" if ended else "length"
+        else:
+            result.finish_reason = "length"
+            result.content = text
+    elif grammar is not None:
         state = grammar.automaton.walk(out)
         result.finish_reason = "stop" if state >= 0 and grammar.automaton.final[state] else "length"
         result.parsed, result.errors = grammar.validate(text)
     else:
         result.finish_reason = "stop" if ended else "length"
+        result.content = text
     return result

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonschema
 import mlx.core as mx
 import numpy as np
 
@@ -98,6 +99,11 @@ def normalize_tools(tools: Any) -> list[Tool]:
             raise SchemaError(f"tool {name!r}: parameters must be an object schema, got "
                               f"{params.get('type') if isinstance(params, dict) else type(params).__name__!r}",
                               pointer="#/parameters", keyword="type")
+        try:
+            jsonschema.validators.validator_for(params, default=jsonschema.Draft202012Validator).check_schema(params)
+        except jsonschema.SchemaError as e:
+            raise SchemaError(f"tool {name!r}: parameters are not a valid JSON schema: {e.message}",
+                              pointer="#/" + "/".join(map(str, e.absolute_path)), keyword=str(e.validator)) from None
         out.append(Tool(name, params, str(f.get("description", ""))))
     return out
 
@@ -294,7 +300,7 @@ class ToolGrammar:
         try:
             t = _translate(json.dumps(schema, sort_keys=True), whitespace, strict)
         except SchemaError as e:
-            raise SchemaError(f"{where}: {e}", pointer=pointer + (e.pointer or "#")[1:], keyword=e.keyword) from None
+            raise SchemaError(f"{where}: {e.message}", pointer=pointer + e.pointer[1:], keyword=e.keyword) from None
         self.unenforced += [(f"{where} {pointer}{p[1:]}", k) for p, k in t.unenforced]
         return t.regex
 
@@ -401,24 +407,21 @@ class ToolGrammar:
         has = (ends > a.offsets[:-1]) & (a.tokens[np.maximum(ends - 1, 0)] == MACRO_ID)
         self.macro_ret = np.where(has, a.targets[np.maximum(ends - 1, 0)], -1)
         self.macro_weight = min((self.call_min(ti) for ti in range(len(self.tools))), default=UNREACHABLE)
-        zero = np.zeros(n, dtype=np.int64)
-        plain = self._weighted(a, self.macro_weight, zero)
-        no_call = self._weighted(a, UNREACHABLE, zero)
+        plain = self._weighted(a, self.macro_weight)
+        no_call = self._weighted(a, UNREACHABLE)
         src = np.repeat(np.arange(n), np.diff(a.offsets))
         loops = np.zeros(n, dtype=bool)
         loops[src[a.targets == src]] = True
         self.tail = plain  # fewest tokens to finish the turn from each outer state
-        # Free text (thinking) before a call that must come keeps `reserve` tokens spare for the
-        # call's arguments; as a per-state surcharge it keeps the distances consistent.
-        zone = loops & (no_call >= UNREACHABLE) & (plain < UNREACHABLE)
-        self.eff = self._weighted(a, self.macro_weight, np.where(zone, self.reserve, 0))
+        # Free text (thinking) before a call that must come: there, tokens that make no progress
+        # towards the end need `reserve` tokens spare, so the call gets room for real arguments.
+        self.zone = loops & (no_call >= UNREACHABLE) & (plain < UNREACHABLE)
         self.min_tokens = int(plain[0])
         if self.min_tokens >= UNREACHABLE:
             raise CompileError("no complete turn is possible with these tools and modes")
 
-    def _weighted(self, a: Automaton, w: int, surcharge: np.ndarray) -> np.ndarray:
-        """Fewest tokens to acceptance: a call (macro edge) counts ``w``, leaving state s costs
-        ``surcharge[s]`` more (reverse Dijkstra)."""
+    def _weighted(self, a: Automaton, w: int) -> np.ndarray:
+        """Fewest tokens to acceptance when a call (macro edge) counts ``w`` (reverse Dijkstra)."""
         n = a.num_states
         src = np.repeat(np.arange(n, dtype=np.int64), np.diff(a.offsets))
         macro = a.tokens == MACRO_ID
@@ -439,7 +442,7 @@ class ToolGrammar:
             if d > dist[t]:
                 continue
             for s, wt in preds[t]:
-                cand = d + wt + int(surcharge[s])
+                cand = d + wt
                 if cand < dist[s]:
                     dist[s] = cand
                     heapq.heappush(heap, (cand, s))
@@ -453,7 +456,7 @@ class ToolGrammar:
 
     def _dist(self, c: tuple) -> int:
         if c[0] == "o":
-            return int(self.eff[c[1]])
+            return int(self.tail[c[1]])
         _, r, k, ti, p, st = c
         return int(self.piece(ti, p, k).dist[st]) + self.rest(ti, p, k) + int(self.tail[r])
 
@@ -502,7 +505,7 @@ class ToolGrammar:
             o = self.outer
             lo, hi = o.offsets[s], o.offsets[s + 1]
             toks = o.tokens[lo:hi]
-            ok = (self.eff[o.targets[lo:hi]] <= budget) & (toks != MACRO_ID)
+            ok = (self._outer_need(s, lo, hi) <= budget) & (toks != MACRO_ID)
             parts = [toks[ok]]
             r = int(self.macro_ret[s])
             if r >= 0:
@@ -511,6 +514,13 @@ class ToolGrammar:
             return parts
         _, r, k, ti, p, st = c
         return self._piece_allowed(ti, p, k, st, r, budget)
+
+    def _outer_need(self, s: int, lo: int, hi: int) -> np.ndarray:
+        """Tokens needed after each outer transition of state ``s`` (with the thinking reserve)."""
+        d = self.tail[self.outer.targets[lo:hi]]
+        if self.zone[s]:
+            d = np.where(d >= self.tail[s], d + self.reserve, d)
+        return d
 
     def _piece_allowed(self, ti, p, k, st, r, budget) -> list[np.ndarray]:
         a = self.piece(ti, p, k)
@@ -524,7 +534,7 @@ class ToolGrammar:
             _, s, k = c
             o = self.outer
             lo, hi = o.offsets[s], o.offsets[s + 1]
-            d = self.eff[o.targets[lo:hi]]
+            d = self._outer_need(s, lo, hi)
             cap = int(d[d < UNREACHABLE].max(initial=0))
             r = int(self.macro_ret[s])
             if r >= 0:

@@ -1,0 +1,288 @@
+"""Tool calls on every family's real tokenizer, with real BFCL and MCP tools.
+
+The client is random: a sampler that picks uniformly among the tokens the processor allows (and,
+in free text, often picks a special token so that calls actually open). Whatever it picks, the
+output must parse with our parser, name only offered tools, carry arguments valid for the tool's
+schema, respect the mode, be accepted by mlx-lm's own parser for the family, and be closed
+within max_tokens.
+"""
+
+import importlib
+import json
+import re
+
+import jsonschema
+import lark
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from conftest import TOKENIZERS, load_tokenizer, need_shared
+from engine import (
+    BudgetError,
+    CompileError,
+    FORMATS,
+    SchemaError,
+    compile_tools,
+    detect_format,
+)
+from engine.automaton import AUTOMATA
+from engine.formats import GRAMMAR_DIR, MLX_LM_PARSERS
+from tooldata import bfcl_tools, mcp_tools
+
+TOKENIZER_OF = {"hermes": "qwen3", "qwen3_coder": "qwen3", "kimi_k2": "kimi-k2", "glm47": "glm4",
+                "glm45": "glm4", "harmony": "gpt-oss", "llama3_json": "llama3", "mistral": "mistral"}
+THINKS = {"hermes", "qwen3_coder", "glm47", "glm45", "harmony"}
+NAMED = {"type": "function", "function": {"name": "move_file"}}
+CHOICES = ["auto", "required", "none", NAMED]
+
+
+def offered_tools():
+    mcp = {t["function"]["name"]: t for t in mcp_tools()}
+    return bfcl_tools("simple_python", 2) + [mcp["move_file"], mcp["read_graph"], mcp["list_commits"]]
+
+
+def sample(grammar, max_tokens, rng, width=None, special_rate=0.3):
+    """One output from the random client, through the processor exactly as mlx-lm calls it."""
+    width = width or grammar.vocab.size
+    proc = grammar.processor(max_tokens)
+    symbols = np.asarray(sorted(grammar.vocab._symbols), dtype=np.int64)
+    prompt = [1, 2, 3]
+    out = []
+    logits = mx.zeros((1, width))
+    for _ in range(max_tokens):
+        masked = np.array(proc(mx.array(prompt + out), logits)[0])
+        allowed = np.flatnonzero(masked == 0)
+        assert len(allowed) > 0
+        pick = allowed
+        if len(allowed) > 1000 and rng.random() < special_rate:
+            special = np.intersect1d(allowed, np.concatenate([symbols, [grammar.vocab.eos_ids[0]]]))
+            pick = special if len(special) else allowed
+        token = int(rng.choice(pick))
+        if token in grammar.vocab.eos_ids:
+            return out, True
+        out.append(token)
+        if proc.complete:
+            return out, True
+    return out, False
+
+
+def mlx_lm_calls(family, text, tools):
+    """What mlx-lm's own parser for the family reads from the same text."""
+    mod = importlib.import_module(f"mlx_lm.tool_parsers.{MLX_LM_PARSERS[family]}")
+    start, end = mod.tool_call_start, mod.tool_call_end
+    if end:
+        segments = re.findall(re.escape(start) + "(.*?)" + re.escape(end), text, re.S)
+    else:
+        segments = [text.split(start, 1)[1]] if start in text else []
+    calls = []
+    for seg in segments:
+        got = mod.parse_tool_call(seg, tools)
+        calls += got if isinstance(got, list) else [got]
+    return [(c["name"], c["arguments"]) for c in calls]
+
+
+def check_output(grammar, family, ids, tools, tool_choice, parallel, thinking):
+    parsed = grammar.parse(ids)
+    by_name = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    for call in parsed.tool_calls:
+        name = call["function"]["name"]
+        assert name in by_name
+        args = json.loads(call["function"]["arguments"])
+        jsonschema.validate(args, by_name[name])
+        assert set(args) <= set(by_name[name].get("properties", {}))
+    assert parsed.errors == []
+    n = len(parsed.tool_calls)
+    if tool_choice == "none":
+        assert n == 0
+    if tool_choice == "required" or isinstance(tool_choice, dict):
+        assert n >= 1
+    if isinstance(tool_choice, dict):
+        assert {c["function"]["name"] for c in parsed.tool_calls} == {tool_choice["function"]["name"]}
+    if not parallel:
+        assert n <= 1
+    if thinking is False:
+        assert parsed.reasoning is None
+    if family in MLX_LM_PARSERS and n:
+        text = grammar._parser().plain(grammar._parser().symbol_text(ids))
+        theirs = mlx_lm_calls(family, text, tools)
+        ours = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
+        assert theirs == ours, text
+    return parsed
+
+
+def test_format_files_are_lark():
+    for name in FORMATS:
+        lark.Lark((GRAMMAR_DIR / f"{name}.lark").read_text(), start="start")
+
+
+def test_detect_format():
+    for family in ("hermes", "kimi_k2", "glm47", "harmony", "llama3_json", "mistral"):
+        assert detect_format(load_tokenizer(TOKENIZER_OF[family])) == family
+    qwen = load_tokenizer("qwen3")
+    coder = (need_shared(TOKENIZERS / "qwen3") / "Qwen3-Coder.jinja").read_text()
+    glm = load_tokenizer("glm4")
+    glm45 = (TOKENIZERS / "glm4" / "GLM-4.6.jinja").read_text()
+    saved_q, saved_g = qwen.chat_template, glm.chat_template
+    try:
+        qwen.chat_template, glm.chat_template = coder, glm45
+        assert detect_format(qwen) == "qwen3_coder"
+        assert detect_format(glm) == "glm45"
+    finally:
+        qwen.chat_template, glm.chat_template = saved_q, saved_g
+
+
+def _modes(family):
+    for choice in CHOICES:
+        for parallel in (True, False):
+            for thinking in ((None, False) if family in THINKS else (None,)):
+                yield choice, parallel, thinking
+
+
+@pytest.mark.parametrize("family", FORMATS)
+def test_random_client_every_mode(family):
+    tok = load_tokenizer(TOKENIZER_OF[family])
+    tools = offered_tools()
+    rng = np.random.default_rng(7)
+    kinds = set()
+    for choice, parallel, thinking in _modes(family):
+        g = compile_tools(tok, tools, format=family, tool_choice=choice, parallel_tool_calls=parallel,
+                          thinking=thinking)
+        for trial in range(3):
+            budget = int(rng.integers(g.min_tokens, g.min_tokens + 120))
+            ids, ended = sample(g, budget, rng)
+            assert len(ids) <= budget
+            state = g.walk(ids, budget)
+            assert state is not None and g.is_final(state), "the output must be complete"
+            parsed = check_output(g, family, ids, tools, choice, parallel, thinking)
+            kinds.add("call" if parsed.tool_calls else "text")
+            if len(parsed.tool_calls) > 1:
+                kinds.add("parallel")
+    assert {"call", "text"} <= kinds
+
+
+@pytest.mark.parametrize("family", FORMATS)
+def test_budget_sweep_never_leaves_a_call_open(family):
+    """required mode, every max_tokens from the minimum up: a complete valid call, every time."""
+    tok = load_tokenizer(TOKENIZER_OF[family])
+    tools = offered_tools()
+    g = compile_tools(tok, tools, format=family, tool_choice="required")
+    with pytest.raises(BudgetError, match=str(g.min_tokens)):
+        g.processor(g.min_tokens - 1)
+    rng = np.random.default_rng(11)
+    for budget in range(g.min_tokens, g.min_tokens + 41):
+        ids, _ = sample(g, budget, rng, special_rate=0.0)
+        state = g.walk(ids, budget)
+        assert state is not None and g.is_final(state)
+        parsed = check_output(g, family, ids, tools, "required", True, None)
+        assert parsed.tool_calls
+
+
+@pytest.mark.parametrize("family", ["hermes", "kimi_k2"])
+def test_auto_call_opens_only_with_room(family):
+    """In auto mode a call can open only while the tokens left can hold the shortest call."""
+    tok = load_tokenizer(TOKENIZER_OF[family])
+    g = compile_tools(tok, offered_tools(), format=family)
+    shortest = min(g.call_min(ti) for ti in range(len(g.tools)))
+    rng = np.random.default_rng(3)
+    for budget in range(1, shortest + 25):
+        ids, _ = sample(g, budget, rng, special_rate=0.9)
+        parsed = check_output(g, family, ids, offered_tools(), "auto", True, None)
+        if budget < shortest:
+            assert not parsed.tool_calls
+
+
+def test_thinking_is_cut_for_a_required_call():
+    tok = load_tokenizer("qwen3")
+    g = compile_tools(tok, offered_tools(), format="hermes", tool_choice="required", thinking=True, reserve=20)
+    rng = np.random.default_rng(5)
+    for budget in (g.min_tokens, g.min_tokens + 10, g.min_tokens + 60):
+        ids, _ = sample(g, budget, rng, special_rate=0.0)
+        parsed = g.parse(ids)
+        assert parsed.tool_calls and len(ids) <= budget
+    open_g = compile_tools(tok, offered_tools(), format="hermes", tool_choice="required", thinking="open")
+    ids, _ = sample(open_g, 80, rng, special_rate=0.0)
+    assert tok.convert_tokens_to_ids("<think>") not in ids
+    assert open_g.parse(ids).tool_calls
+
+
+def test_kimi_call_indices_count_calls():
+    tok = load_tokenizer("kimi-k2")
+    g = compile_tools(tok, offered_tools(), format="kimi_k2", tool_choice="required")
+    rng = np.random.default_rng(2)
+    seen = 0
+    for _ in range(12):
+        ids, _ = sample(g, 400, rng, special_rate=0.6)
+        calls = g.parse(ids).tool_calls
+        assert [c["id"].rsplit(":", 1)[1] for c in calls] == [str(i) for i in range(len(calls))]
+        seen = max(seen, len(calls))
+    assert seen >= 2
+
+
+def test_special_tokens_only_as_tokens():
+    """`<tool_call>` spelled with ordinary tokens is never allowed; thinking cannot hold it either."""
+    tok = load_tokenizer("qwen3")
+    g = compile_tools(tok, offered_tools(), format="hermes", tool_choice="required")
+    state = g.initial_state
+    lt = tok.encode("<", add_special_tokens=False)[0]
+    assert g.step(state, lt, 100) is None
+    think = tok.convert_tokens_to_ids("<think>")
+    inside = g.step(state, think, 100)
+    assert g.step(inside, tok.convert_tokens_to_ids("<tool_call>"), 99) is None
+    assert g.step(inside, tok.convert_tokens_to_ids("<|im_end|>"), 99) is None
+
+
+def test_streaming_deltas_add_up_to_the_parse():
+    rng = np.random.default_rng(9)
+    for family in ("hermes", "kimi_k2", "llama3_json", "harmony"):
+        tok = load_tokenizer(TOKENIZER_OF[family])
+        g = compile_tools(tok, offered_tools(), format=family)
+        for _ in range(4):
+            ids, _ = sample(g, 120, rng, special_rate=0.5)
+            stream = g.stream_parser()
+            deltas = [d for t in ids for d in stream.feed([t])]
+            whole = g.parse(ids)
+            content = "".join(d.get("content", "") for d in deltas) or None
+            reasoning = "".join(d.get("reasoning_content", "") for d in deltas) or None
+            calls = [c for d in deltas for c in d.get("tool_calls", [])]
+            assert content == whole.content and reasoning == whole.reasoning
+            assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == \
+                   [(c["function"]["name"], c["function"]["arguments"]) for c in whole.tool_calls]
+            assert [c["index"] for c in calls] == list(range(len(calls)))
+
+
+def test_bad_requests_fail_before_generation():
+    tok = load_tokenizer("qwen3")
+    tools = offered_tools()
+    with pytest.raises(SchemaError, match="#0 has no name"):
+        compile_tools(tok, [{"type": "function", "function": {"parameters": {"type": "object"}}}])
+    with pytest.raises(SchemaError, match="parameters must be an object"):
+        compile_tools(tok, [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}])
+    with pytest.raises(SchemaError, match="parameters must be an object"):
+        compile_tools(tok, [{"type": "function", "function": {"name": "f", "parameters": {"type": "dict"}}}])
+    with pytest.raises(SchemaError, match="'nope', which is not among the offered"):
+        compile_tools(tok, tools, tool_choice={"type": "function", "function": {"name": "nope"}})
+    with pytest.raises(CompileError, match="kimi_k2.*special tokens"):
+        compile_tools(tok, tools, format="kimi_k2")
+    with pytest.raises(SchemaError, match="offered twice"):
+        compile_tools(tok, tools + tools[:1])
+    with pytest.raises(SchemaError, match="minimum"):
+        compile_tools(tok, [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"x": {"type": "integer", "minimum": "zero"}}}}}])
+    g = compile_tools(tok, tools, tool_choice="required")
+    with pytest.raises(BudgetError, match="shortest valid turn"):
+        g.processor(g.min_tokens - 1)
+
+
+def test_compiled_once_and_per_tool():
+    tok = load_tokenizer("qwen3")
+    tools = offered_tools()
+    fresh = {"type": "function", "function": {"name": "only_in_this_test", "parameters": {
+        "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}
+    a = compile_tools(tok, tools[:3], format="hermes")
+    assert compile_tools(tok, tools[:3], format="hermes") is a
+    before = set(AUTOMATA.items)
+    b = compile_tools(tok, tools[:3] + [fresh], format="hermes")
+    assert b is not a
+    # the fourth tool's one argument piece is new; the outer automaton and the others are reused
+    assert len(set(AUTOMATA.items) - before) == 1
