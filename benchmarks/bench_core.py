@@ -53,7 +53,6 @@ def throughput(model, tok, runs, max_tokens):
     g = engine.compile_json_schema(tok, LONG_SCHEMA)
     prompt = mx.array(tok.encode("Write a long JSON list of items:"))
     rates = {"unconstrained": [], "constrained": []}
-    per_token_wall = []
     for r in range(runs + 1):
         for mode in ("unconstrained", "constrained"):
             procs = [g.processor(max_tokens)] if mode == "constrained" else []

@@ -8,6 +8,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm import stream_generate
 
+from .formats import Format, detect_format, load_format
 from .grammar import Grammar, compile_json_schema
 from .toolcalls import ToolGrammar, compile_tools
 
@@ -43,19 +44,18 @@ def _prompt_ids(tokenizer: Any, prompt: Any, tools: Any = None, thinking: Any = 
         return tokenizer.encode(prompt, add_special_tokens=False)
     if prompt and isinstance(prompt[0], dict):
         extra = {} if thinking is None else {"enable_thinking": bool(thinking)}
-        return list(tokenizer.apply_chat_template(prompt, tools=tools, add_generation_prompt=True,
-                                                  tokenize=True, **extra))
+        ids = tokenizer.apply_chat_template(prompt, tools=tools, add_generation_prompt=True, tokenize=True, **extra)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # transformers 5 returns a BatchEncoding
     return list(prompt)
 
 
-def _opened_thinking(tokenizer: Any, ids: list[int], grammar: ToolGrammar) -> bool:
+def _opened_thinking(tokenizer: Any, ids: list[int], fmt: Format) -> bool:
     """True when the prompt ends inside an opened thinking section (Qwen3.5-style templates)."""
-    reasoning = grammar.format.rules.get("reasoning")
+    reasoning = fmt.rules.get("reasoning")
     if reasoning is None or reasoning[0] != "seq" or reasoning[1][0][0] != "sym":
         return False
-    opener = grammar.format.specials[reasoning[1][0][1]]
-    tail = tokenizer.decode(ids[-4:])
-    return tail.rstrip().endswith(opener)
+    opener = fmt.specials[reasoning[1][0][1]]
+    return tokenizer.decode(ids[-4:]).rstrip().endswith(opener)
 
 
 def generate(
@@ -92,9 +92,7 @@ def generate(
         if isinstance(tools, ToolGrammar):
             grammar = tools
         else:
-            if thinking is None and _opened_thinking(tokenizer, ids, compile_tools(
-                    tokenizer, tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
-                    format=format, thinking=None)):
+            if thinking is None and _opened_thinking(tokenizer, ids, load_format(format or detect_format(tokenizer))):
                 thinking = "open"
             grammar = compile_tools(tokenizer, tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
                                     format=format, thinking=thinking)
@@ -104,20 +102,20 @@ def generate(
         processors.append(proc)
     eos = set(grammar.vocab.eos_ids) if grammar else set(tokenizer.eos_token_ids)
     out: list[int] = []
-    ended = False
+    ended = eos_seen = False
     for response in stream_generate(model, tokenizer, mx.array(ids), max_tokens=max_tokens,
                                     sampler=sampler, logits_processors=processors, **kwargs):
         if response.token in eos:
-            ended = True
+            ended = eos_seen = True
             break
         out.append(response.token)
         if proc is not None and proc.complete:
             ended = True  # e.g. Harmony's <|call|>: nothing but the end can follow
             break
     text = tokenizer.decode(out)
+    used = len(out) + int(eos_seen)
     result = Result(text=text, token_ids=out, usage={
-        "prompt_tokens": len(ids), "completion_tokens": len(out) + int(ended),
-        "total_tokens": len(ids) + len(out) + int(ended)})
+        "prompt_tokens": len(ids), "completion_tokens": used, "total_tokens": len(ids) + used})
     if isinstance(grammar, ToolGrammar):
         state = grammar.walk(out, max_tokens)
         complete = state is not None and grammar.is_final(state)

@@ -15,7 +15,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models import qwen3
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
-                   "tokenizer.model", "special_tokens_map.json", "generation_config.json")
+                   "tokenizer.model", "special_tokens_map.json", "generation_config.json", "chat_template.jinja")
 
 
 def write_random_model(tokenizer_dir: str | Path, out_dir: str | Path, *, vocab_size: int,

@@ -34,11 +34,9 @@ import numpy as np
 from .automaton import UNREACHABLE, Automaton, _distances, _LRU, compile_regex
 from .errors import BudgetError, CompileError, SchemaError
 from .formats import (
-    EMPTY,
     FORMATS,
     TEXT_REGEX,
     Format,
-    body,
     contains,
     detect_format,
     drop,
@@ -674,6 +672,16 @@ def compile_tools(
     so a changed tool list compiles only the tools that changed.
     """
     base = build_vocab(tokenizer)
+    try:
+        request = json.dumps([tools, tool_choice], sort_keys=True)
+    except (TypeError, ValueError) as e:
+        raise SchemaError(f"tools must be JSON data: {e}") from None
+    fast_key = (base.fingerprint, format, request, bool(parallel_tool_calls), thinking, reserve, strict, whitespace)
+    with _GRAMMARS_LOCK:
+        g = _GRAMMARS.get(fast_key)
+        if g is not None:  # an agent loop sending the same tools again: no checks, no hashing
+            _GRAMMARS.move_to_end(fast_key)
+            return g
     name = format or detect_format(tokenizer)
     if name not in FORMATS:
         raise CompileError(f"unknown tool-call format {name!r}; known: {', '.join(FORMATS)}")
@@ -704,6 +712,7 @@ def compile_tools(
                     thinking=thinking, reserve=reserve, strict=strict, whitespace=whitespace, workers=workers)
     with _GRAMMARS_LOCK:
         g = _GRAMMARS.setdefault(key, g)
+        _GRAMMARS[fast_key] = g
         while len(_GRAMMARS) > 256:
             _GRAMMARS.popitem(last=False)
     return g

@@ -1,6 +1,5 @@
 """Token bytes on the six real tokenizers; special tokens are atomic; EOS ids are all found."""
 
-import numpy as np
 import pytest
 
 from conftest import FAMILIES, load_tokenizer
