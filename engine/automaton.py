@@ -51,6 +51,7 @@ class Automaton:
     final: np.ndarray  # bool (n,)
     dist: np.ndarray  # int32 (n,): fewest tokens to acceptance, UNREACHABLE if none
     key: str = ""
+    positions: np.ndarray | None = None  # literal automata: each state's byte offset in the literal
 
     @property
     def num_states(self) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
+import re._parser as sre_parse
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -369,6 +370,64 @@ def render(fmt: Format, node, fill: Callable[[Any], str | None], groups: bool = 
     raise CompileError(f"format {fmt.name}: nothing fills {node}")
 
 
+def py_regex(rust: str) -> str:
+    """Our regex dialect (Rust's, as outlines-core reads it) in Python's: only ``\\x{...}`` differs."""
+    return re.sub(r"\\x\{([0-9A-Fa-f]+)\}", lambda m: "\\U%08X" % int(m.group(1), 16), rust)
+
+
+def min_units(rust: str) -> int:
+    """An upper bound on the fewest tokens of any string the regex accepts, without compiling it:
+    its fewest bytes, a special-token symbol counting one (every byte is a token of its own)."""
+    return _units(sre_parse.parse(py_regex(rust)))
+
+
+def _char_units(cp: int) -> int:
+    return 1 if 0xE000 <= cp <= 0xEFFF else len(chr(cp).encode("utf-8", "surrogatepass"))
+
+
+def _class_units(members) -> int:
+    ranges, negate = [], False
+    for op, av in members:
+        name = str(op)
+        if name == "NEGATE":
+            negate = True
+        elif name == "LITERAL":
+            ranges.append((av, av))
+        elif name == "RANGE":
+            ranges.append(av)
+        else:  # a category (\d, \s, \w) always has an ASCII member
+            ranges.append((0x30, 0x30) if not negate else (-1, -1))
+    if not negate:
+        return min(_char_units(a) for a, _ in ranges)
+    cp = 0
+    for a, b in sorted(ranges):
+        if a > cp:
+            break
+        cp = max(cp, b + 1)
+    return _char_units(cp)
+
+
+def _units(items) -> int:
+    total = 0
+    for op, av in items:
+        name = str(op)
+        if name == "LITERAL":
+            total += _char_units(av)
+        elif name in ("NOT_LITERAL", "ANY", "CATEGORY"):
+            total += 1
+        elif name == "IN":
+            total += _class_units(av)
+        elif name == "BRANCH":
+            total += min(_units(b) for b in av[1])
+        elif name == "SUBPATTERN":
+            total += _units(av[-1])
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            total += av[0] * _units(av[2])
+        elif name != "AT":
+            raise CompileError(f"cannot size the regex construct {name}")
+    return total
+
+
 def exclude_specials(regex: str) -> str:
     """Negated classes in a format's regex never match a special-token symbol."""
     return regex.replace("[^", "[^" + SPECIAL_CLASS)
@@ -377,6 +436,10 @@ def exclude_specials(regex: str) -> str:
 # --- registry and detection --------------------------------------------------------------------
 
 FORMATS = ("hermes", "qwen3_coder", "kimi_k2", "glm47", "glm45", "harmony", "llama3_json", "mistral")
+
+# Families whose reference parsers (mlx-lm's, vLLM's) read non-string argument values through
+# float(): their integer and number values are kept where a float is exact (|x| < 2**53).
+FLOAT_VALUES = {"qwen3_coder"}
 
 # mlx-lm's parser module for each family, where it has one (used to cross-check in the tests).
 MLX_LM_PARSERS = {"hermes": "json_tools", "qwen3_coder": "qwen3_coder", "kimi_k2": "kimi_k2",

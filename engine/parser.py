@@ -16,15 +16,10 @@ import jsonschema
 import regex
 
 from .errors import GenerationError
-from .formats import TEXT_REGEX, render
+from .formats import TEXT_REGEX, py_regex, render
 
 if TYPE_CHECKING:
     from .toolcalls import ToolGrammar
-
-
-def py_regex(rust: str) -> str:
-    """Our regex dialect (Rust's, as outlines-core reads it) in Python's: only ``\\x{...}`` differs."""
-    return regex.sub(r"\\x\{([0-9A-Fa-f]+)\}", lambda m: "\\U%08X" % int(m.group(1), 16), rust)
 
 
 @dataclass

@@ -17,6 +17,7 @@ a call from opening without room to close and forces it closed before ``max_toke
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import heapq
 import json
@@ -34,6 +35,7 @@ import numpy as np
 from .automaton import UNREACHABLE, Automaton, _distances, _LRU, compile_regex
 from .errors import BudgetError, CompileError, SchemaError
 from .formats import (
+    FLOAT_VALUES,
     FORMATS,
     TEXT_REGEX,
     Format,
@@ -42,6 +44,7 @@ from .formats import (
     drop,
     exclude_specials,
     load_format,
+    min_units,
     must,
     render,
     single,
@@ -56,6 +59,7 @@ MACRO_ID = 1 << 30
 INDEX_MARK = "\x00"  # where CALL_INDEX goes in a literal piece (tool names cannot hold it)
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 DEFAULT_RESERVE = 32
+FLOAT_EXACT = 2**53 - 1
 _STRING_KEYWORDS = ("minLength", "maxLength", "pattern", "format", "contentEncoding", "contentMediaType")
 
 
@@ -143,9 +147,52 @@ def literal_automaton(text: str, vocab: Vocab) -> Automaton:
     dist = _distances(offsets, targets, final)
     if dist[0] >= UNREACHABLE:
         raise CompileError(f"the vocabulary cannot spell {text!r}")
-    a = Automaton(offsets, tokens, targets, final, dist, "literal")
+    a = Automaton(offsets, tokens, targets, final, dist, "literal", positions=np.asarray(order, dtype=np.int64))
     _LITERALS.put(key, a, a.nbytes)
     return a
+
+
+def _literal_item(it) -> bool:
+    return it[0] in ("lit", "sym") or (it[0] == "hole" and it[1] in ("TOOL_NAME", "CALL_INDEX"))
+
+
+_SORTED: dict[str, tuple[list[bytes], list[int]]] = {}
+_BYTES: dict[str, list[int]] = {}
+_FIRST: dict[str, set[int]] = {}
+
+
+def _prefixed(vocab: Vocab, prefix: bytes) -> list[tuple[bytes, int]]:
+    """Ordinary tokens longer than ``prefix`` that start with it."""
+    table = _SORTED.get(vocab.fingerprint)
+    if table is None:
+        pairs = sorted((b, i) for i, b in enumerate(vocab.token_bytes) if b)
+        table = _SORTED[vocab.fingerprint] = ([b for b, _ in pairs], [i for _, i in pairs])
+    keys, ids = table
+    out = []
+    for j in range(bisect.bisect_left(keys, prefix), len(keys)):
+        if not keys[j].startswith(prefix):
+            break
+        if len(keys[j]) > len(prefix):
+            out.append((keys[j], ids[j]))
+    return out
+
+
+def _byte_tokens(vocab: Vocab) -> list[int]:
+    """The single-byte token of each byte value (-1 where the vocabulary has none)."""
+    got = _BYTES.get(vocab.fingerprint)
+    if got is None:
+        got = _BYTES[vocab.fingerprint] = [vocab.outlines_map.get(bytes([b]), [-1])[0] for b in range(256)]
+    return got
+
+
+def _first_bytes(a: Automaton, vocab: Vocab) -> set[int]:
+    """The first bytes of the tokens allowed in ``a``'s initial state."""
+    got = _FIRST.get(a.key)
+    if got is None:
+        toks = a.tokens[a.offsets[0]:a.offsets[1]].tolist()
+        got = _FIRST[a.key] = {vocab.token_bytes[t][0] for t in toks
+                               if t < len(vocab.token_bytes) and vocab.token_bytes[t]}
+    return got
 
 
 _LITERALS = _LRU(64 << 20)
@@ -185,13 +232,15 @@ class _Piece:
     text: str  # the literal (CALL_INDEX as INDEX_MARK) or the regex
     items: list  # the call rule's items it was made from (the parser renders them again)
     indexed: bool = False
+    joins: bool = False  # a literal whose last tokens may run on into the next (regex) piece
+    bound: int = 0  # a regex piece's fewest tokens, bounded from above until it is compiled
 
 
 class ToolGrammar:
     """A compiled tool-call grammar: cached and shared; ``processor(max_tokens)`` per request."""
 
     def __init__(self, vocab: Vocab, fmt: Format, tools: list[Tool], *, tool_choice: Any, parallel: bool,
-                 thinking: Any, reserve: int, strict: bool, whitespace: str, workers: int) -> None:
+                 thinking: Any, reserve: int, strict: bool, whitespace: str, lazy: bool, workers: int) -> None:
         self.vocab = vocab
         self.format = fmt
         self.offered = tools
@@ -210,10 +259,13 @@ class ToolGrammar:
         self._specs = [self._call_pieces(t, strict, whitespace) for t in self.tools]
         self._pieces: dict[tuple[int, int, int], Automaton] = {}
         self._rest: dict[tuple[int, int, int], int] = {}
-        self._lock = threading.Lock()
-        self._compile_pieces(workers)
-        self._build_outer()
+        self._straddles: dict = {}
         self._masks: dict = {}
+        self._lock = threading.RLock()
+        self.outer = None
+        self._build_outer()
+        if not lazy:
+            self._compile_pieces(workers)
         self._by_content = _LRU(256 << 20)
         self._eos: dict[int, mx.array] = {}
         self.parser = None
@@ -257,6 +309,9 @@ class ToolGrammar:
         items = call[1] if call[0] == "seq" else [call]
         groups, cur = [], []
         for it in items:
+            if cur and not _literal_item(it) and all(_literal_item(x) for x in cur):
+                groups.append(cur)  # the name part is a literal, built at once; arguments wait
+                cur = []
             cur.append(it)
             if it[0] == "sym":
                 groups.append(cur)
@@ -267,16 +322,18 @@ class ToolGrammar:
         self._values.append({})
         pieces = []
         for g in groups:
-            literal = all(it[0] in ("lit", "sym") or (it[0] == "hole" and it[1] in ("TOOL_NAME", "CALL_INDEX")) for it in g)
-            if literal:
+            if all(_literal_item(it) for it in g):
                 text = "".join(it[1] if it[0] == "lit" else self._symbols[it[1]] if it[0] == "sym"
                                else tool.name if it[1] == "TOOL_NAME" else INDEX_MARK for it in g)
-                pieces.append(_Piece(True, text, g, INDEX_MARK in text))
+                pieces.append(_Piece(True, text, g, INDEX_MARK in text, joins=g[-1][0] != "sym"))
             else:
                 if any(it == ("hole", "CALL_INDEX") for it in g):
                     raise CompileError(f"format {fmt.name}: CALL_INDEX must sit in a piece without arguments")
                 regex = render(fmt, ("seq", g), lambda n: self._fill_call(n, tool, strict, whitespace))
-                pieces.append(_Piece(False, regex, g))
+                pieces.append(_Piece(False, regex, g, bound=min_units(regex)))
+        for a, b in zip(pieces, pieces[1:]):
+            a.joins = a.joins and a.literal and not b.literal
+        pieces[-1].joins = False
         return pieces
 
     def _fill_call(self, node, tool: Tool, strict: bool, whitespace: str):
@@ -345,42 +402,86 @@ class ToolGrammar:
                                           pointer=pointer, keyword=kw)
                     self.unenforced.append((f"tool {tool.name!r} {pointer}", kw))
             return "(?:" + exclude_specials(self.format.patterns["RAW_STRING"]) + ")"
+        if self.format.name in FLOAT_VALUES and isinstance(sub, dict) and sub.get("type") in ("integer", "number"):
+            sub = {"allOf": [sub, {"minimum": -FLOAT_EXACT, "maximum": FLOAT_EXACT}]}
         return self._json_regex(sub, f"tool {tool.name!r}", strict, whitespace, pointer)
 
     def _compile_pieces(self, workers: int) -> None:
+        """Compile every argument piece now (``lazy=False``), two at a time."""
         jobs = [(ti, p) for ti, spec in enumerate(self._specs) for p, pc in enumerate(spec) if not pc.literal]
-        def build(job):
-            ti, p = job
-            return job, compile_regex(self._specs[ti][p].text, self.vocab)
         if workers > 1 and len(jobs) > 1:
             with ThreadPoolExecutor(workers) as ex:
-                done = list(ex.map(build, jobs))
+                list(ex.map(lambda job: self.piece(job[0], job[1], 0), jobs))
         else:
-            done = [build(j) for j in jobs]
-        for (ti, p), a in done:
-            self._pieces[(ti, p, 0)] = a
+            for ti, p in jobs:
+                self.piece(ti, p, 0)
 
     def piece(self, ti: int, p: int, k: int) -> Automaton:
+        """Tool ``ti``'s piece ``p`` in call number ``k``; argument pieces compile on first use."""
         spec = self._specs[ti][p]
         key = (ti, p, k if spec.indexed else 0)
         a = self._pieces.get(key)
         if a is None:
-            a = literal_automaton(spec.text.replace(INDEX_MARK, str(k)), self.vocab)
-            with self._lock:
+            if spec.literal:
+                a = literal_automaton(spec.text.replace(INDEX_MARK, str(k)), self.vocab)
                 self._pieces[key] = a
+            else:
+                a = compile_regex(spec.text, self.vocab)
+                with self._lock:
+                    self._pieces[key] = a
+                    self._refresh()
         return a
+
+    def _min(self, ti: int, q: int, k: int) -> int:
+        spec = self._specs[ti][q]
+        if spec.literal:
+            return self.piece(ti, q, k).min_tokens
+        a = self._pieces.get((ti, q, 0))
+        return spec.bound if a is None else a.min_tokens
 
     def rest(self, ti: int, p: int, k: int) -> int:
         """Fewest tokens of the pieces after ``p`` of tool ``ti``'s call number ``k``."""
         key = (ti, p, k)
         r = self._rest.get(key)
         if r is None:
-            r = sum(self.piece(ti, q, k).min_tokens for q in range(p + 1, len(self._specs[ti])))
+            r = sum(self._min(ti, q, k) for q in range(p + 1, len(self._specs[ti])))
             self._rest[key] = r
         return r
 
     def call_min(self, ti: int, k: int = 0) -> int:
         return self.rest(ti, -1, k)
+
+    def _straddle(self, ti: int, p: int, k: int, st: int) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens that finish literal piece ``p`` from state ``st`` and run on into piece p+1, with
+        the state each reaches there (so the model can write e.g. ``": {"`` as one token)."""
+        spec = self._specs[ti][p]
+        key = (ti, p, k if spec.indexed else 0, st)
+        got = self._straddles.get(key)
+        if got is not None:
+            return got
+        data = spec.text.replace(INDEX_MARK, str(k)).encode()
+        suffix = data[int(self.piece(ti, p, k).positions[st]):]
+        toks, tgts = [], []
+        candidates = _prefixed(self.vocab, suffix) if suffix else []
+        if candidates:
+            nxt = self.piece(ti, p + 1, k)
+            first = _first_bytes(nxt, self.vocab)
+            single = _byte_tokens(self.vocab)
+            for b, t in candidates:
+                if b[len(suffix)] not in first:
+                    continue
+                s = 0
+                for byte in b[len(suffix):]:
+                    s = nxt.next_state(s, single[byte]) if single[byte] >= 0 else -1
+                    if s < 0:
+                        break
+                if s >= 0:
+                    toks.append(t)
+                    tgts.append(s)
+        toks_a, tgts_a = np.asarray(toks, dtype=np.int32), np.asarray(tgts, dtype=np.int32)
+        order = np.argsort(toks_a, kind="stable")
+        got = self._straddles[key] = (toks_a[order], tgts_a[order])
+        return got
 
     # --- the outer automaton -----------------------------------------------------------------
 
@@ -399,11 +500,20 @@ class ToolGrammar:
 
         self.outer_regex = render(fmt, self.start, fill)
         a = compile_regex(self.outer_regex, self.vocab, macro=(MACRO, MACRO_ID))
-        self.outer = a
-        n = a.num_states
         ends = a.offsets[1:]
         has = (ends > a.offsets[:-1]) & (a.tokens[np.maximum(ends - 1, 0)] == MACRO_ID)
         self.macro_ret = np.where(has, a.targets[np.maximum(ends - 1, 0)], -1)
+        self.outer = a
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """(Re)compute the outer distances: at build, and when an argument piece gets compiled
+        (its exact fewest tokens replace the bound, so calls may open with fewer tokens left)."""
+        if self.outer is None:
+            return
+        a, n = self.outer, self.outer.num_states
+        self._rest.clear()
+        self._masks.clear()
         self.macro_weight = min((self.call_min(ti) for ti in range(len(self.tools))), default=UNREACHABLE)
         plain = self._weighted(a, self.macro_weight)
         no_call = self._weighted(a, UNREACHABLE)
@@ -478,14 +588,17 @@ class ToolGrammar:
                 r = int(self.macro_ret[s])
                 if r >= 0:
                     for ti in range(len(self.tools)):
-                        st = self.piece(ti, 0, k).next_state(0, token)
-                        if st >= 0:
-                            out += self._settle(("c", r, k, ti, 0, st))
+                        out += self.step((("c", r, k, ti, 0, 0),), token, UNREACHABLE) or ()
             else:
                 _, r, k, ti, p, st = c
-                st = self.piece(ti, p, k).next_state(st, token)
-                if st >= 0:
-                    out += self._settle(("c", r, k, ti, p, st))
+                nxt = self.piece(ti, p, k).next_state(st, token)
+                if nxt >= 0:
+                    out += self._settle(("c", r, k, ti, p, nxt))
+                if self._specs[ti][p].joins:
+                    toks, tgts = self._straddle(ti, p, k, st)
+                    i = int(np.searchsorted(toks, token))
+                    if i < len(toks) and toks[i] == token:
+                        out += self._settle(("c", r, k, ti, p + 1, int(tgts[i])))
         out = tuple(sorted(set(c for c in out if self._dist(c) <= max(left, 0))))
         return out or None
 
@@ -524,7 +637,13 @@ class ToolGrammar:
         a = self.piece(ti, p, k)
         offset = self.rest(ti, p, k) + int(self.tail[r])
         lo, hi = a.offsets[st], a.offsets[st + 1]
-        return [a.tokens[lo:hi][a.dist[a.targets[lo:hi]] + offset <= budget]]
+        out = [a.tokens[lo:hi][a.dist[a.targets[lo:hi]] + offset <= budget]]
+        if self._specs[ti][p].joins:
+            toks, tgts = self._straddle(ti, p, k, st)
+            if len(toks):
+                nxt = self.piece(ti, p + 1, k)
+                out.append(toks[nxt.dist[tgts] + self.rest(ti, p + 1, k) + int(self.tail[r]) <= budget])
+        return out
 
     def _cap(self, c: tuple) -> int:
         """The largest budget that can still change this configuration's mask."""
@@ -546,7 +665,14 @@ class ToolGrammar:
         lo, hi = a.offsets[st], a.offsets[st + 1]
         d = a.dist[a.targets[lo:hi]]
         d = d[d < UNREACHABLE]
-        return int(d.max(initial=0)) + self.rest(ti, p, k) + int(self.tail[r])
+        cap = int(d.max(initial=0)) + self.rest(ti, p, k)
+        if self._specs[ti][p].joins:
+            toks, tgts = self._straddle(ti, p, k, st)
+            if len(toks):
+                d = self.piece(ti, p + 1, k).dist[tgts]
+                d = d[d < UNREACHABLE]
+                cap = max(cap, int(d.max(initial=0)) + self.rest(ti, p + 1, k))
+        return cap + int(self.tail[r])
 
     def mask(self, state: tuple, left: int, width: int) -> mx.array:
         budget = left - 1
@@ -661,6 +787,7 @@ def compile_tools(
     reserve: int = DEFAULT_RESERVE,
     strict: bool = True,
     whitespace: str = WHITESPACE,
+    lazy: bool = True,
     workers: int = 2,
 ) -> ToolGrammar:
     """Compile ``tools`` in the model family's tool-call format; cached by tokenizer and request.
@@ -669,14 +796,16 @@ def compile_tools(
     ``thinking``: None (as the model likes), True (think first), False (no thinking) or "open"
     (the prompt already opened the thinking section). ``reserve``: tokens kept for the call's
     arguments when a required call has to cut thinking short. Per-tool pieces are cached apart,
-    so a changed tool list compiles only the tools that changed.
+    so a changed tool list compiles only the tools that changed. With ``lazy`` (the default) a
+    tool's argument automaton is compiled when the model first calls that tool (a disk-cache hit
+    after the first time); ``lazy=False`` compiles every tool now.
     """
     base = build_vocab(tokenizer)
     try:
         request = json.dumps([tools, tool_choice], sort_keys=True)
     except (TypeError, ValueError) as e:
         raise SchemaError(f"tools must be JSON data: {e}") from None
-    fast_key = (base.fingerprint, format, request, bool(parallel_tool_calls), thinking, reserve, strict, whitespace)
+    fast_key = (base.fingerprint, format, request, bool(parallel_tool_calls), thinking, reserve, strict, whitespace, lazy)
     with _GRAMMARS_LOCK:
         g = _GRAMMARS.get(fast_key)
         if g is not None:  # an agent loop sending the same tools again: no checks, no hashing
@@ -702,14 +831,15 @@ def compile_tools(
         raise CompileError(f"thinking must be None, True, False or 'open', got {thinking!r}")
     vocab = _tool_vocab(base, fmt)
     key = (vocab.fingerprint, name, json.dumps([t.key for t in tools]), json.dumps(tool_choice, sort_keys=True),
-           bool(parallel_tool_calls), thinking, reserve, strict, whitespace)
+           bool(parallel_tool_calls), thinking, reserve, strict, whitespace, lazy)
     with _GRAMMARS_LOCK:
         g = _GRAMMARS.get(key)
         if g is not None:
             _GRAMMARS.move_to_end(key)
             return g
     g = ToolGrammar(vocab, fmt, tools, tool_choice=tool_choice, parallel=bool(parallel_tool_calls),
-                    thinking=thinking, reserve=reserve, strict=strict, whitespace=whitespace, workers=workers)
+                    thinking=thinking, reserve=reserve, strict=strict, whitespace=whitespace, lazy=lazy,
+                    workers=workers)
     with _GRAMMARS_LOCK:
         g = _GRAMMARS.setdefault(key, g)
         _GRAMMARS[fast_key] = g

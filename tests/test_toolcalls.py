@@ -279,10 +279,50 @@ def test_compiled_once_and_per_tool():
     tools = offered_tools()
     fresh = {"type": "function", "function": {"name": "only_in_this_test", "parameters": {
         "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}
-    a = compile_tools(tok, tools[:3], format="hermes")
-    assert compile_tools(tok, tools[:3], format="hermes") is a
+    a = compile_tools(tok, tools[:3], format="hermes", lazy=False)
+    assert compile_tools(tok, tools[:3], format="hermes", lazy=False) is a
     before = set(AUTOMATA.items)
-    b = compile_tools(tok, tools[:3] + [fresh], format="hermes")
+    b = compile_tools(tok, tools[:3] + [fresh], format="hermes", lazy=False)
     assert b is not a
     # the fourth tool's one argument piece is new; the outer automaton and the others are reused
     assert len(set(AUTOMATA.items) - before) == 1
+    # lazily, a new tool's arguments compile when the model first calls it, not before
+    other = {"type": "function", "function": {"name": "lazy_one", "parameters": {
+        "type": "object", "properties": {"m": {"type": "integer"}}, "required": ["m"]}}}
+    before = set(AUTOMATA.items)
+    lazy = compile_tools(tok, tools[:3] + [other], format="hermes", tool_choice={"type": "function", "function": {"name": "lazy_one"}})
+    assert len(set(AUTOMATA.items) - before) == 1  # the outer automaton of the named mode only
+    bound = lazy.min_tokens
+    ids = tok.encode('<tool_call>\n{"name": "lazy_one", "arguments": {"m": 7}}\n</tool_call>', add_special_tokens=False)
+    assert lazy.is_final(lazy.walk(ids))
+    assert len(set(AUTOMATA.items) - before) == 2
+    assert lazy.min_tokens <= bound  # the exact shortest call replaces the byte bound
+
+
+NATURAL = {
+    "hermes": '<tool_call>\n{"name": "math.hypot", "arguments": {"x": 3, "y": 4}}\n</tool_call>',
+    "qwen3_coder": "<tool_call>\n<function=math.hypot>\n<parameter=x>\n3\n</parameter>\n<parameter=y>\n4\n"
+                   "</parameter>\n</function>\n</tool_call>",
+    "kimi_k2": '<|tool_calls_section_begin|><|tool_call_begin|>functions.math.hypot:0<|tool_call_argument_begin|>'
+               '{"x": 3, "y": 4}<|tool_call_end|><|tool_calls_section_end|>',
+    "glm47": "<tool_call>math.hypot<arg_key>x</arg_key><arg_value>3</arg_value><arg_key>y</arg_key>"
+             "<arg_value>4</arg_value></tool_call>",
+    "glm45": "<tool_call>math.hypot\n<arg_key>x</arg_key>\n<arg_value>3</arg_value>\n<arg_key>y</arg_key>\n"
+             "<arg_value>4</arg_value>\n</tool_call>",
+    "harmony": '<|channel|>commentary to=functions.math.hypot <|constrain|>json<|message|>{"x": 3, "y": 4}<|call|>',
+    "llama3_json": '{"name": "math.hypot", "parameters": {"x": 3, "y": 4}}',
+    "mistral": '[TOOL_CALLS] [{"name": "math.hypot", "arguments": {"x": 3, "y": 4}}]',
+}
+
+
+@pytest.mark.parametrize("family", FORMATS)
+def test_the_tokenizers_own_spelling_is_allowed(family):
+    """The call as the tokenizer itself splits it (tokens such as ' {"' that straddle the tool name
+    and its arguments included) is allowed, with lazily compiled arguments."""
+    tok = load_tokenizer(TOKENIZER_OF[family])
+    g = compile_tools(tok, offered_tools(), format=family)
+    ids = tok.encode(NATURAL[family], add_special_tokens=False)
+    state = g.walk(ids)
+    assert state is not None and g.is_final(state)
+    call = g.parse(ids).tool_calls[0]["function"]
+    assert call["name"] == "math.hypot" and json.loads(call["arguments"]) == {"x": 3, "y": 4}
