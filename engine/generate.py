@@ -86,7 +86,10 @@ def generate(
     grammar = None
     if response_format is not None:
         grammar = response_format if isinstance(response_format, Grammar) else compile_json_schema(tokenizer, _schema_of(response_format))
-    tool_defs = None if isinstance(tools, ToolGrammar) else tools
+    tool_defs = tools
+    if isinstance(tools, ToolGrammar):  # the chat template still describes the offered tools
+        tool_defs = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                       "parameters": t.parameters}} for t in tools.offered]
     ids = _prompt_ids(tokenizer, prompt, tool_defs, thinking)
     if tools is not None:
         if isinstance(tools, ToolGrammar):

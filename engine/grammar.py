@@ -131,7 +131,7 @@ def compile_json_schema(
         pointer = "#/" + "/".join(map(str, e.absolute_path))
         raise SchemaError(f"not a valid JSON schema: {e.message}", pointer=pointer, keyword=str(e.validator)) from None
     vocab = build_vocab(tokenizer)
-    key = ("schema", vocab.fingerprint, json.dumps(schema, sort_keys=True), whitespace, strict, max_depth)
+    key = ("schema", vocab.fingerprint, json.dumps(schema), whitespace, strict, max_depth)  # property order matters
 
     def build() -> Grammar:
         t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth)

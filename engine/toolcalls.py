@@ -71,7 +71,7 @@ class Tool:
 
     @property
     def key(self) -> str:
-        return json.dumps([self.name, self.parameters], sort_keys=True)
+        return json.dumps([self.name, self.parameters])  # property order is the output order
 
 
 def normalize_tools(tools: Any) -> list[Tool]:
@@ -261,6 +261,8 @@ class ToolGrammar:
         self._rest: dict[tuple[int, int, int], int] = {}
         self._straddles: dict = {}
         self._masks: dict = {}
+        self._preds = None
+        self._bulk = False
         self._lock = threading.RLock()
         self.outer = None
         self._build_outer()
@@ -353,7 +355,7 @@ class ToolGrammar:
 
     def _json_regex(self, schema: Any, where: str, strict: bool, whitespace: str, pointer: str = "#") -> str:
         try:
-            t = _translate(json.dumps(schema, sort_keys=True), whitespace, strict)
+            t = _translate(json.dumps(schema), whitespace, strict)
         except SchemaError as e:
             raise SchemaError(f"{where}: {e.message}", pointer=pointer + e.pointer[1:], keyword=e.keyword) from None
         self.unenforced += [(f"{where} {pointer}{p[1:]}", k) for p, k in t.unenforced]
@@ -409,12 +411,17 @@ class ToolGrammar:
     def _compile_pieces(self, workers: int) -> None:
         """Compile every argument piece now (``lazy=False``), two at a time."""
         jobs = [(ti, p) for ti, spec in enumerate(self._specs) for p, pc in enumerate(spec) if not pc.literal]
-        if workers > 1 and len(jobs) > 1:
-            with ThreadPoolExecutor(workers) as ex:
-                list(ex.map(lambda job: self.piece(job[0], job[1], 0), jobs))
-        else:
-            for ti, p in jobs:
-                self.piece(ti, p, 0)
+        self._bulk = True  # one refresh at the end, not one per tool
+        try:
+            if workers > 1 and len(jobs) > 1:
+                with ThreadPoolExecutor(workers) as ex:
+                    list(ex.map(lambda job: self.piece(job[0], job[1], 0), jobs))
+            else:
+                for ti, p in jobs:
+                    self.piece(ti, p, 0)
+        finally:
+            self._bulk = False
+        self._refresh()
 
     def piece(self, ti: int, p: int, k: int) -> Automaton:
         """Tool ``ti``'s piece ``p`` in call number ``k``; argument pieces compile on first use."""
@@ -429,7 +436,8 @@ class ToolGrammar:
                 a = compile_regex(spec.text, self.vocab)
                 with self._lock:
                     self._pieces[key] = a
-                    self._refresh()
+                    if not self._bulk:
+                        self._refresh()
         return a
 
     def _min(self, ti: int, q: int, k: int) -> int:
@@ -531,14 +539,18 @@ class ToolGrammar:
     def _weighted(self, a: Automaton, w: int) -> np.ndarray:
         """Fewest tokens to acceptance when a call (macro edge) counts ``w`` (reverse Dijkstra)."""
         n = a.num_states
-        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(a.offsets))
-        macro = a.tokens == MACRO_ID
-        edges = np.unique(src[~macro] * n + a.targets[~macro])
-        preds: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        for s, t in zip((edges // n).tolist(), (edges % n).tolist()):
-            preds[t].append((s, 1))
+        if self._preds is None:  # the outer graph's distinct edges, once: free text has 150k of them
+            src = np.repeat(np.arange(n, dtype=np.int64), np.diff(a.offsets))
+            macro = a.tokens == MACRO_ID
+            edges = np.unique(src[~macro] * n + a.targets[~macro])
+            plain: list[list[int]] = [[] for _ in range(n)]
+            for s, t in zip((edges // n).tolist(), (edges % n).tolist()):
+                plain[t].append(s)
+            self._preds = (plain, list(zip(src[macro].tolist(), a.targets[macro].tolist())))
+        plain, macros = self._preds
+        preds: list[list[tuple[int, int]]] = [[(s, 1) for s in ps] for ps in plain]
         if w < UNREACHABLE:
-            for s, t in zip(src[macro].tolist(), a.targets[macro].tolist()):
+            for s, t in macros:
                 preds[t].append((s, w))
         dist = np.full(n, UNREACHABLE, dtype=np.int64)
         heap = [(0, s) for s in np.flatnonzero(a.final).tolist()]
@@ -802,7 +814,7 @@ def compile_tools(
     """
     base = build_vocab(tokenizer)
     try:
-        request = json.dumps([tools, tool_choice], sort_keys=True)
+        request = json.dumps([tools, tool_choice])
     except (TypeError, ValueError) as e:
         raise SchemaError(f"tools must be JSON data: {e}") from None
     fast_key = (base.fingerprint, format, request, bool(parallel_tool_calls), thinking, reserve, strict, whitespace, lazy)

@@ -326,3 +326,22 @@ def test_the_tokenizers_own_spelling_is_allowed(family):
     assert state is not None and g.is_final(state)
     call = g.parse(ids).tool_calls[0]["function"]
     assert call["name"] == "math.hypot" and json.loads(call["arguments"]) == {"x": 3, "y": 4}
+
+
+def test_property_order_is_the_schemas_own():
+    """Two schemas that differ only in property order are different requests (regression)."""
+    tok = load_tokenizer("qwen3")
+
+    def tool(order):
+        return [{"type": "function", "function": {"name": "note", "parameters": {
+            "type": "object", "properties": {k: {"type": "string"} for k in order}, "required": list(order)}}}]
+
+    for order in (("title", "body"), ("body", "title")):
+        g = compile_tools(tok, tool(order), format="hermes")
+        text = '<tool_call>\n{"name": "note", "arguments": {"%s": "a", "%s": "b"}}\n</tool_call>' % order
+        assert g.is_final(g.walk(tok.encode(text, add_special_tokens=False)))
+    from engine import compile_json_schema
+
+    a = compile_json_schema(tok, {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}})
+    b = compile_json_schema(tok, {"type": "object", "properties": {"y": {"type": "integer"}, "x": {"type": "integer"}}})
+    assert a is not b and a.regex != b.regex
