@@ -69,7 +69,7 @@ class Automaton:
     def next_state(self, state: int, token: int) -> int:
         """The state after ``token``, or -1 when the token is not allowed."""
         lo, hi = self.offsets[state], self.offsets[state + 1]
-        i = lo + np.searchsorted(self.tokens[lo:hi], token)
+        i = lo + int(self.tokens[lo:hi].searchsorted(np.int32(token)))  # a Python int would cast the row
         if i < hi and self.tokens[i] == token:
             return int(self.targets[i])
         return -1

@@ -125,13 +125,21 @@ def compile_json_schema(
             schema = json.loads(schema)
         except ValueError as e:
             raise SchemaError(f"schema is not valid JSON: {e}") from None
+    vocab = build_vocab(tokenizer)
+    try:
+        text = json.dumps(schema)  # property order matters: it is the output order
+    except (TypeError, ValueError) as e:
+        raise SchemaError(f"schema is not JSON data: {e}") from None
+    key = ("schema", vocab.fingerprint, text, whitespace, strict, max_depth)
+    with _GRAMMARS_LOCK:
+        found = _GRAMMARS.get(key)
+    if found is not None:  # checked when it was compiled
+        return _cached(key, lambda: found)
     try:
         jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
     except jsonschema.SchemaError as e:
         pointer = "#/" + "/".join(map(str, e.absolute_path))
         raise SchemaError(f"not a valid JSON schema: {e.message}", pointer=pointer, keyword=str(e.validator)) from None
-    vocab = build_vocab(tokenizer)
-    key = ("schema", vocab.fingerprint, json.dumps(schema), whitespace, strict, max_depth)  # property order matters
 
     def build() -> Grammar:
         t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth)

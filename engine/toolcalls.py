@@ -608,7 +608,7 @@ class ToolGrammar:
                     out += self._settle(("c", r, k, ti, p, nxt))
                 if self._specs[ti][p].joins:
                     toks, tgts = self._straddle(ti, p, k, st)
-                    i = int(np.searchsorted(toks, token))
+                    i = int(toks.searchsorted(np.int32(token)))
                     if i < len(toks) and toks[i] == token:
                         out += self._settle(("c", r, k, ti, p + 1, int(tgts[i])))
         out = tuple(sorted(set(c for c in out if self._dist(c) <= max(left, 0))))
