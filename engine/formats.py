@@ -438,7 +438,7 @@ def exclude_specials(regex: str) -> str:
 FORMATS = ("hermes", "qwen3_coder", "kimi_k2", "glm47", "glm45", "harmony", "llama3_json", "mistral")
 
 # Families whose reference parsers (mlx-lm's, vLLM's) read non-string argument values through
-# float(): their integer and number values are kept where a float is exact (|x| < 2**53).
+# float(): their integer and number values are kept where a float is exact (|x| < 10**15).
 FLOAT_VALUES = {"qwen3_coder"}
 
 # mlx-lm's parser module for each family, where it has one (used to cross-check in the tests).

@@ -59,7 +59,7 @@ MACRO_ID = 1 << 30
 INDEX_MARK = "\x00"  # where CALL_INDEX goes in a literal piece (tool names cannot hold it)
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 DEFAULT_RESERVE = 32
-FLOAT_EXACT = 2**53 - 1
+FLOAT_EXACT = 10**15 - 1  # below 2**53, where a float holds every integer; a round bound keeps the regex small
 _STRING_KEYWORDS = ("minLength", "maxLength", "pattern", "format", "contentEncoding", "contentMediaType")
 
 
