@@ -107,7 +107,7 @@ def usable(tok, family, pool, n):
             break
         try:
             toolcalls.normalize_tools([t])
-            toolcalls._translate(json.dumps(t["function"]["parameters"]), engine.schema.WHITESPACE, True)
+            toolcalls._translate(engine.schema.schema_key(t["function"]["parameters"]), engine.schema.WHITESPACE, True)
             good.append(t)
         except engine.ToolgateError as e:
             refused.append((t["function"]["name"], str(e)[:80]))

@@ -4,7 +4,8 @@ A format file is ordinary Lark. Its rules have fixed roles: ``start`` (the whole
 in "auto" mode), ``reasoning``, ``content``, ``tool_calls``, ``call`` (one call, the template
 instantiated per tool) and, for XML-argument families, ``parameter``. Named string terminals are
 the family's special tokens (each must be one added token of the tokenizer); named regex
-terminals are ordinary-text patterns (``RAW_STRING``: a raw string argument value). The holes,
+terminals are ordinary-text patterns (``RAW_STRING``: a raw string argument value;
+``TOOL_NAME_PATTERN``: what a tool name must match in this format). The holes,
 declared with ``%declare``, are filled by the engine: TEXT (free text without special tokens),
 TOOL_NAME, ARGUMENTS (the tool's JSON schema), PARAMETERS (the tool's parameters, each through
 ``parameter`` with PARAM_KEY and PARAM_VALUE) and CALL_INDEX (the call's number in the turn).
@@ -435,7 +436,7 @@ def exclude_specials(regex: str) -> str:
 
 # --- registry and detection --------------------------------------------------------------------
 
-FORMATS = ("hermes", "qwen3_coder", "kimi_k2", "glm47", "glm45", "harmony", "llama3_json", "mistral")
+FORMATS = ("hermes", "qwen3_coder", "kimi_k2", "glm47", "glm45", "harmony", "llama3_json", "mistral", "mistral_args")
 
 # Families whose reference parsers (mlx-lm's, vLLM's) read non-string argument values through
 # float(): their integer and number values are kept where a float is exact (|x| < 10**15).
@@ -443,7 +444,7 @@ FLOAT_VALUES = {"qwen3_coder"}
 
 # mlx-lm's parser module for each family, where it has one (used to cross-check in the tests).
 MLX_LM_PARSERS = {"hermes": "json_tools", "qwen3_coder": "qwen3_coder", "kimi_k2": "kimi_k2",
-                  "glm47": "glm47", "glm45": "glm47", "mistral": "mistral"}
+                  "glm47": "glm47", "glm45": "glm47", "mistral": "mistral", "mistral_args": "mistral"}
 
 
 def _template(tokenizer: Any) -> str:
@@ -464,7 +465,7 @@ def detect_format(tokenizer: Any) -> str:
     if "<|tool_calls_section_begin|>" in t:
         return "kimi_k2"
     if "[TOOL_CALLS]" in t:
-        return "mistral"
+        return "mistral_args" if "[ARGS]" in t else "mistral"
     if "<|channel|>" in t or "<|constrain|>" in t:
         return "harmony"
     if "<tool_call>" in t:
@@ -474,7 +475,8 @@ def detect_format(tokenizer: Any) -> str:
     hf = getattr(tokenizer, "_tokenizer", tokenizer)
     vocab = hf.get_vocab()
     for name, marker in (("kimi_k2", "<|tool_calls_section_begin|>"), ("harmony", "<|constrain|>"),
-                         ("glm47", "<arg_key>"), ("mistral", "[TOOL_CALLS]"), ("hermes", "<tool_call>"),
+                         ("glm47", "<arg_key>"), ("mistral_args", "[ARGS]"), ("mistral", "[TOOL_CALLS]"),
+                         ("hermes", "<tool_call>"),
                          ("llama3_json", "<|eom_id|>")):
         if marker in vocab:
             return name

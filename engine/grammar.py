@@ -14,7 +14,7 @@ import mlx.core as mx
 from .automaton import Automaton, MaskTable, compile_regex
 from .errors import SchemaError
 from .processor import LogitsProcessor
-from .schema import WHITESPACE, schema_to_regex
+from .schema import WHITESPACE, schema_key, schema_to_regex
 from .vocabulary import Vocab, build_vocab
 
 
@@ -127,7 +127,7 @@ def compile_json_schema(
             raise SchemaError(f"schema is not valid JSON: {e}") from None
     vocab = build_vocab(tokenizer)
     try:
-        text = json.dumps(schema)  # property order matters: it is the output order
+        text = schema_key(schema)
     except (TypeError, ValueError) as e:
         raise SchemaError(f"schema is not JSON data: {e}") from None
     key = ("schema", vocab.fingerprint, text, whitespace, strict, max_depth)

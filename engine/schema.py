@@ -812,6 +812,26 @@ def _class_range(a: int, b: int) -> str:
     return one(a) if a == b else f"{one(a)}-{one(b)}"
 
 
+_ORDERED = ("properties", "patternProperties")  # their order is the output's order
+_DATA = ("enum", "const", "default", "examples")  # instance values: written as given
+
+
+def schema_key(schema: Any) -> str:
+    """JSON text equal for schemas that differ only in key order, except where order shows in the
+    output (the order of ``properties``)."""
+    return json.dumps(_canonical(schema), separators=(",", ":"), ensure_ascii=False)
+
+
+def _canonical(node: Any, names: bool = False) -> Any:
+    if isinstance(node, list):
+        return [_canonical(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    if names:  # property name -> schema, in the given order
+        return {k: _canonical(v) for k, v in node.items()}
+    return {k: (v if k in _DATA else _canonical(v, names=k in _ORDERED)) for k, v in sorted(node.items())}
+
+
 def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool = True,
                     max_depth: int = 3, max_repeat: int = 256) -> Translation:
     """Translate a JSON schema (dict, bool or JSON text) to a regex over JSON text."""

@@ -51,7 +51,7 @@ from .formats import (
     strip_open,
     without,
 )
-from .schema import WHITESPACE, _escape, schema_to_regex
+from .schema import WHITESPACE, _escape, schema_key, schema_to_regex
 from .vocabulary import Vocab, build_vocab
 
 MACRO = "\uefff"  # stands for "one call" in the outer automaton
@@ -71,7 +71,7 @@ class Tool:
 
     @property
     def key(self) -> str:
-        return json.dumps([self.name, self.parameters])  # property order is the output order
+        return json.dumps([self.name, schema_key(self.parameters)])
 
 
 def normalize_tools(tools: Any) -> list[Tool]:
@@ -355,7 +355,7 @@ class ToolGrammar:
 
     def _json_regex(self, schema: Any, where: str, strict: bool, whitespace: str, pointer: str = "#") -> str:
         try:
-            t = _translate(json.dumps(schema), whitespace, strict)
+            t = _translate(schema_key(schema), whitespace, strict)
         except SchemaError as e:
             raise SchemaError(f"{where}: {e.message}", pointer=pointer + e.pointer[1:], keyword=e.keyword) from None
         self.unenforced += [(f"{where} {pointer}{p[1:]}", k) for p, k in t.unenforced]
@@ -832,6 +832,11 @@ def compile_tools(
         raise CompileError(f"format {name!r} needs the special tokens {missing}, which tokenizer "
                            f"{base.name!r} does not have")
     tools = normalize_tools(tools)
+    name_rule = fmt.patterns.get("TOOL_NAME_PATTERN")
+    for t in tools:
+        if name_rule is not None and not re.fullmatch(name_rule, t.name):
+            raise SchemaError(f"tool name {t.name!r} cannot be written in the {name} format "
+                              f"(names must match {name_rule})")
     if tool_choice not in ("auto", "required", "none"):
         wanted = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else None
         if not isinstance(wanted, str):

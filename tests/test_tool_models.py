@@ -44,7 +44,9 @@ def eager(grammar, boost=12.0):
     return processor
 
 
-@pytest.mark.parametrize("family", list(TOKENIZER_OF))
+# mistral_args needs a tekken tokenizer, which is not available here (its random-client tests use
+# the v3 vocabulary with [ARGS] added, which mlx_lm.load cannot give a model)
+@pytest.mark.parametrize("family", [f for f in TOKENIZER_OF if f != "mistral_args"])
 def test_generate_with_tools_on_a_random_model(family, tmp_path_factory):
     model, tok = model_for(family, tmp_path_factory)
     tools = offered_tools()

@@ -27,19 +27,39 @@ from engine import (
     detect_format,
 )
 from engine.automaton import AUTOMATA, automaton_key
-from engine.formats import GRAMMAR_DIR, MLX_LM_PARSERS
+from engine.formats import GRAMMAR_DIR, MLX_LM_PARSERS, load_format
 from tooldata import bfcl_tools, mcp_tools
 
 TOKENIZER_OF = {"hermes": "qwen3", "qwen3_coder": "qwen3", "kimi_k2": "kimi-k2", "glm47": "glm4",
-                "glm45": "glm4", "harmony": "gpt-oss", "llama3_json": "llama3", "mistral": "mistral"}
+                "glm45": "glm4", "harmony": "gpt-oss", "llama3_json": "llama3", "mistral": "mistral",
+                "mistral_args": "mistral"}
 THINKS = {"hermes", "qwen3_coder", "glm47", "glm45", "harmony"}
 NAMED = {"type": "function", "function": {"name": "move_file"}}
 CHOICES = ["auto", "required", "none", NAMED]
 
 
-def offered_tools():
+def offered_tools(family=None):
     mcp = {t["function"]["name"]: t for t in mcp_tools()}
-    return bfcl_tools("simple_python", 2) + [mcp["move_file"], mcp["read_graph"], mcp["list_commits"]]
+    tools = bfcl_tools("simple_python", 2) + [mcp["move_file"], mcp["read_graph"], mcp["list_commits"]]
+    rule = load_format(family).patterns.get("TOOL_NAME_PATTERN") if family else None
+    return [t for t in tools if rule is None or re.fullmatch(rule, t["function"]["name"])]
+
+
+_WITH_ARGS = {}
+
+
+def tokenizer_for(family):
+    """The family's real tokenizer. For mistral_args (tekken tokenizers, not available here):
+    Mistral's v3 SentencePiece vocabulary with the [ARGS] control token added."""
+    if family != "mistral_args":
+        return load_tokenizer(TOKENIZER_OF[family])
+    if "tok" not in _WITH_ARGS:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(need_shared(TOKENIZERS / "mistral")))
+        tok.add_tokens(["[ARGS]"], special_tokens=True)
+        _WITH_ARGS["tok"] = tok
+    return _WITH_ARGS["tok"]
 
 
 def sample(grammar, max_tokens, rng, width=None, special_rate=0.3):
@@ -130,6 +150,11 @@ def test_detect_format():
         assert detect_format(glm) == "glm45"
     finally:
         qwen.chat_template, glm.chat_template = saved_q, saved_g
+    tekken = tokenizer_for("mistral_args")
+    tekken.chat_template = "{{ '[TOOL_CALLS]' + name + '[ARGS]' + arguments }}"
+    assert detect_format(tekken) == "mistral_args"
+    with pytest.raises(SchemaError, match="math.hypot.*cannot be written in the mistral_args format"):
+        compile_tools(tekken, offered_tools(), format="mistral_args")
 
 
 def _modes(family):
@@ -141,8 +166,8 @@ def _modes(family):
 
 @pytest.mark.parametrize("family", FORMATS)
 def test_random_client_every_mode(family):
-    tok = load_tokenizer(TOKENIZER_OF[family])
-    tools = offered_tools()
+    tok = tokenizer_for(family)
+    tools = offered_tools(family)
     rng = np.random.default_rng(7)
     kinds = set()
     for choice, parallel, thinking in _modes(family):
@@ -164,8 +189,8 @@ def test_random_client_every_mode(family):
 @pytest.mark.parametrize("family", FORMATS)
 def test_budget_sweep_never_leaves_a_call_open(family):
     """required mode, every max_tokens from the minimum up: a complete valid call, every time."""
-    tok = load_tokenizer(TOKENIZER_OF[family])
-    tools = offered_tools()
+    tok = tokenizer_for(family)
+    tools = offered_tools(family)
     g = compile_tools(tok, tools, format=family, tool_choice="required")
     with pytest.raises(BudgetError, match=str(g.min_tokens)):
         g.processor(g.min_tokens - 1)
@@ -299,7 +324,9 @@ def test_compiled_once_and_per_tool():
     assert lazy.min_tokens <= bound  # the exact shortest call replaces the byte bound
 
 
+NATURAL_CALL = ("math.hypot", {"x": 3, "y": 4})
 NATURAL = {
+    "mistral_args": '[TOOL_CALLS]calculate_triangle_area[ARGS]{"base": 3, "height": 4}',
     "hermes": '<tool_call>\n{"name": "math.hypot", "arguments": {"x": 3, "y": 4}}\n</tool_call>',
     "qwen3_coder": "<tool_call>\n<function=math.hypot>\n<parameter=x>\n3\n</parameter>\n<parameter=y>\n4\n"
                    "</parameter>\n</function>\n</tool_call>",
@@ -319,13 +346,14 @@ NATURAL = {
 def test_the_tokenizers_own_spelling_is_allowed(family):
     """The call as the tokenizer itself splits it (tokens such as ' {"' that straddle the tool name
     and its arguments included) is allowed, with lazily compiled arguments."""
-    tok = load_tokenizer(TOKENIZER_OF[family])
-    g = compile_tools(tok, offered_tools(), format=family)
+    tok = tokenizer_for(family)
+    g = compile_tools(tok, offered_tools(family), format=family)
     ids = tok.encode(NATURAL[family], add_special_tokens=False)
     state = g.walk(ids)
     assert state is not None and g.is_final(state)
     call = g.parse(ids).tool_calls[0]["function"]
-    assert call["name"] == "math.hypot" and json.loads(call["arguments"]) == {"x": 3, "y": 4}
+    want = ("calculate_triangle_area", {"base": 3, "height": 4}) if family == "mistral_args" else NATURAL_CALL
+    assert (call["name"], json.loads(call["arguments"])) == want
 
 
 def test_property_order_is_the_schemas_own():
