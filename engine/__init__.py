@@ -9,7 +9,7 @@ from .errors import (
     ToolgateError,
 )
 from .formats import FORMATS, detect_format
-from .generate import Result, generate
+from .generate import Result, generate, stream_generate
 from .grammar import Grammar, compile_json_schema, compile_regex_grammar
 from .parser import ParsedOutput, StreamParser
 from .processor import LogitsProcessor
@@ -37,4 +37,5 @@ __all__ = [
     "compile_tools",
     "detect_format",
     "generate",
+    "stream_generate",
 ]

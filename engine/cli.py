@@ -1,4 +1,4 @@
-"""``toolgate``: run constrained generation from the command line."""
+"""``toolgate``: constrained generation, tool-call formats and tool checks from the command line."""
 
 from __future__ import annotations
 
@@ -12,6 +12,28 @@ from pathlib import Path
 from .errors import ToolgateError
 
 DEFAULT_TOKENIZER = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "qwen3"
+
+
+def _read_json(path: str, what: str):
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ToolgateError(f"cannot read the {what} file {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise ToolgateError(f"the {what} file {path} is not JSON: {e}") from None
+
+
+def _tools(args):
+    if not args.tools:
+        return None
+    tools = _read_json(args.tools, "tools")
+    return tools.get("tools", tools) if isinstance(tools, dict) else tools
+
+
+def _tool_choice(value: str):
+    if value in ("auto", "required", "none"):
+        return value
+    return {"type": "function", "function": {"name": value}}
 
 
 def _model(args):
@@ -31,39 +53,120 @@ def _model(args):
     return mlx_lm.load(str(folder))
 
 
+def _tokenizer(args):
+    from transformers import AutoTokenizer
+
+    source = args.model or args.tokenizer
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as e:
+        raise ToolgateError(f"cannot load a tokenizer from {source}: {e}") from None
+
+
 def cmd_run(args) -> int:
     import mlx.core as mx
     from mlx_lm.sample_utils import make_sampler
 
-    from .generate import generate
+    from .generate import generate, stream_generate
 
-    schema = json.loads(Path(args.schema).read_text()) if args.schema else None
+    schema = _read_json(args.schema, "schema") if args.schema else None
+    tools = _tools(args)
     model, tokenizer = _model(args)
     mx.random.seed(args.seed)
+    options = dict(response_format=schema, tools=tools, tool_choice=_tool_choice(args.tool_choice),
+                   parallel_tool_calls=not args.no_parallel, format=args.format, thinking=args.thinking,
+                   max_tokens=args.max_tokens, sampler=make_sampler(temp=args.temp))
+    messages = [{"role": "user", "content": args.prompt}]
     t = time.perf_counter()
-    result = generate(model, tokenizer, [{"role": "user", "content": args.prompt}], response_format=schema,
-                      max_tokens=args.max_tokens, sampler=make_sampler(temp=args.temp))
-    out = {"text": result.text, "parsed": result.parsed, "finish_reason": result.finish_reason,
-           "usage": result.usage, "errors": result.errors, "seconds": round(time.perf_counter() - t, 3)}
+    if args.stream:
+        result = None
+        for delta in stream_generate(model, tokenizer, messages, **options):
+            result = delta.pop("result", None) or result
+            print(json.dumps(delta, ensure_ascii=False), flush=True)
+    else:
+        result = generate(model, tokenizer, messages, **options)
+    out = {"finish_reason": result.finish_reason, "usage": result.usage,
+           "seconds": round(time.perf_counter() - t, 3), "errors": result.errors}
+    if tools is not None:
+        out.update(content=result.content, reasoning=result.reasoning, tool_calls=result.tool_calls)
+    else:
+        out.update(text=result.text, parsed=result.parsed)
     print(json.dumps(out, ensure_ascii=False, indent=2))
+    return 0
+
+
+def cmd_formats(args) -> int:
+    from .formats import FORMATS, detect_format, load_format
+    from .vocabulary import build_vocab
+
+    tokenizer = _tokenizer(args)
+    vocab = build_vocab(tokenizer)
+    try:
+        resolved = detect_format(tokenizer)
+    except ToolgateError:
+        resolved = None
+    rows = []
+    for name in FORMATS:
+        texts = load_format(name).special_texts()
+        found = {t: vocab.special.get(t) for t in texts}
+        rows.append({"format": name, "usable": all(i is not None for i in found.values()),
+                     "special_tokens": found, "resolved": name == resolved})
+    print(json.dumps({"tokenizer": args.model or args.tokenizer, "resolves_to": resolved, "formats": rows},
+                     ensure_ascii=False, indent=2))
+    return 0
+
+
+def cmd_check(args) -> int:
+    from .toolcalls import compile_tools
+
+    tokenizer = _tokenizer(args)
+    tools = _tools(args)
+    if not tools:
+        raise ToolgateError("check needs --tools FILE")
+    report = []
+    for i, tool in enumerate(tools):
+        print(f"[{i + 1}/{len(tools)}] compiling ...", file=sys.stderr, flush=True)
+        t = time.perf_counter()
+        g = compile_tools(tokenizer, [tool], format=args.format, tool_choice="required", lazy=False)
+        seconds = time.perf_counter() - t
+        pieces = [g.piece(0, p, 0) for p in range(len(g._specs[0]))]
+        report.append({"tool": g.tools[0].name, "format": g.format.name, "compile_seconds": round(seconds, 3),
+                       "automaton_states": sum(a.num_states for a in pieces),
+                       "shortest_call_tokens": g.call_min(0),
+                       "unenforced": [f"{where}: {keyword}" for where, keyword in g.unenforced]})
+    print(json.dumps(report, ensure_ascii=False, indent=2))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="toolgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="generate under a JSON schema")
+    run = sub.add_parser("run", help="generate under a JSON schema or with tools")
     run.add_argument("prompt")
     run.add_argument("--model", help="mlx-lm model path or id (default: a local random-weight Qwen3-shaped model)")
     run.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tokenizer folder for the random model")
     run.add_argument("--schema", help="JSON schema file for the output")
+    run.add_argument("--tools", help="JSON file: a list of OpenAI tool definitions (or {\"tools\": [...]})")
+    run.add_argument("--tool-choice", default="auto", help="auto, required, none or a tool's name")
+    run.add_argument("--no-parallel", action="store_true", help="at most one call")
+    run.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None)
+    run.add_argument("--format", help="tool-call format (default: detected from the tokenizer)")
     run.add_argument("--max-tokens", type=int, default=64)
     run.add_argument("--temp", type=float, default=1.0)
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--stream", action="store_true", help="print OpenAI-style deltas as they come")
+    for name, helptext in (("formats", "the tool-call formats and the one a tokenizer resolves to"),
+                           ("check", "compile each tool and report its size, shortest call and unenforced keywords")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("--model", help="model path or id whose tokenizer to use")
+        p.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tokenizer folder (default: Qwen3's)")
+        if name == "check":
+            p.add_argument("--tools", required=True, help="JSON file of OpenAI tool definitions")
+            p.add_argument("--format", help="tool-call format (default: detected)")
     args = parser.parse_args(argv)
     try:
-        return cmd_run(args)
-    except (ToolgateError, OSError, json.JSONDecodeError) as e:
+        return {"run": cmd_run, "formats": cmd_formats, "check": cmd_check}[args.command](args)
+    except (ToolgateError, ValueError) as e:
         print(f"toolgate: error: {e}", file=sys.stderr)
         return 2
 

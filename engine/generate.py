@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import mlx.core as mx
-from mlx_lm import stream_generate
+from mlx_lm import stream_generate as mlx_stream_generate
 
 from .formats import Format, detect_format, load_format
 from .grammar import Grammar, compile_json_schema
@@ -58,6 +58,76 @@ def _opened_thinking(tokenizer: Any, ids: list[int], fmt: Format) -> bool:
     return tokenizer.decode(ids[-4:]).rstrip().endswith(opener)
 
 
+def _setup(tokenizer: Any, prompt: Any, response_format: Any, tools: Any, tool_choice: Any,
+           parallel_tool_calls: bool, format: str | None, thinking: Any) -> tuple[Any, list[int]]:
+    """The compiled constraint (or None) and the prompt's token ids."""
+    if response_format is not None and tools is not None:
+        raise ValueError("pass either response_format or tools, not both")
+    grammar = None
+    if response_format is not None:
+        grammar = response_format if isinstance(response_format, Grammar) else compile_json_schema(tokenizer, _schema_of(response_format))
+    tool_defs = tools
+    if isinstance(tools, ToolGrammar):  # the chat template still describes the offered tools
+        tool_defs = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                       "parameters": t.parameters}} for t in tools.offered]
+    ids = _prompt_ids(tokenizer, prompt, tool_defs, thinking)
+    if isinstance(tools, ToolGrammar):
+        grammar = tools
+    elif tools is not None:
+        if thinking is None and _opened_thinking(tokenizer, ids, load_format(format or detect_format(tokenizer))):
+            thinking = "open"
+        grammar = compile_tools(tokenizer, tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
+                                format=format, thinking=thinking)
+    return grammar, ids
+
+
+def _run(model: Any, tokenizer: Any, grammar: Any, ids: list[int], max_tokens: int, sampler: Any,
+         kwargs: dict, out: list[int], flags: dict) -> Iterator[Any]:
+    """Generate under ``grammar``, appending token ids to ``out``; yields mlx-lm's responses."""
+    processors = list(kwargs.pop("logits_processors", None) or [])
+    proc = grammar.processor(max_tokens) if grammar is not None else None
+    if proc is not None:
+        processors.append(proc)
+    eos = set(grammar.vocab.eos_ids) if grammar else set(tokenizer.eos_token_ids)
+    for response in mlx_stream_generate(model, tokenizer, mx.array(ids), max_tokens=max_tokens,
+                                        sampler=sampler, logits_processors=processors, **kwargs):
+        if response.token in eos:
+            flags["ended"] = flags["eos"] = True
+            return
+        out.append(response.token)
+        yield response
+        if proc is not None and proc.complete:
+            flags["ended"] = True  # e.g. Harmony's <|call|>: nothing but the end can follow
+            return
+
+
+def _result(tokenizer: Any, grammar: Any, ids: list[int], out: list[int], flags: dict, max_tokens: int) -> Result:
+    text = tokenizer.decode(out)
+    ended = flags.get("ended", False)
+    used = len(out) + int(flags.get("eos", False))
+    result = Result(text=text, token_ids=out, usage={
+        "prompt_tokens": len(ids), "completion_tokens": used, "total_tokens": len(ids) + used})
+    if isinstance(grammar, ToolGrammar):
+        state = grammar.walk(out, max_tokens)
+        if state is not None and grammar.is_final(state):
+            parsed = grammar.parse(out)
+            result.content, result.reasoning, result.tool_calls = parsed.content, parsed.reasoning, parsed.tool_calls
+            result.errors = parsed.errors
+            result.parsed = parsed
+            result.finish_reason = "tool_calls" if parsed.tool_calls else "stop" if ended else "length"
+        else:
+            result.finish_reason = "length"
+            result.content = text
+    elif grammar is not None:
+        state = grammar.automaton.walk(out)
+        result.finish_reason = "stop" if state >= 0 and grammar.automaton.final[state] else "length"
+        result.parsed, result.errors = grammar.validate(text)
+    else:
+        result.finish_reason = "stop" if ended else "length"
+        result.content = text
+    return result
+
+
 def generate(
     model: Any,
     tokenizer: Any,
@@ -81,61 +151,40 @@ def generate(
     (OpenAI tool definitions, or a compiled ToolGrammar) every call names an offered tool, has
     valid arguments and is closed within ``max_tokens``; see ``compile_tools`` for the modes.
     """
-    if response_format is not None and tools is not None:
-        raise ValueError("pass either response_format or tools, not both")
-    grammar = None
-    if response_format is not None:
-        grammar = response_format if isinstance(response_format, Grammar) else compile_json_schema(tokenizer, _schema_of(response_format))
-    tool_defs = tools
-    if isinstance(tools, ToolGrammar):  # the chat template still describes the offered tools
-        tool_defs = [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                       "parameters": t.parameters}} for t in tools.offered]
-    ids = _prompt_ids(tokenizer, prompt, tool_defs, thinking)
-    if tools is not None:
-        if isinstance(tools, ToolGrammar):
-            grammar = tools
-        else:
-            if thinking is None and _opened_thinking(tokenizer, ids, load_format(format or detect_format(tokenizer))):
-                thinking = "open"
-            grammar = compile_tools(tokenizer, tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
-                                    format=format, thinking=thinking)
-    processors = list(kwargs.pop("logits_processors", None) or [])
-    proc = grammar.processor(max_tokens) if grammar is not None else None
-    if proc is not None:
-        processors.append(proc)
-    eos = set(grammar.vocab.eos_ids) if grammar else set(tokenizer.eos_token_ids)
+    grammar, ids = _setup(tokenizer, prompt, response_format, tools, tool_choice, parallel_tool_calls, format, thinking)
     out: list[int] = []
-    ended = eos_seen = False
-    for response in stream_generate(model, tokenizer, mx.array(ids), max_tokens=max_tokens,
-                                    sampler=sampler, logits_processors=processors, **kwargs):
-        if response.token in eos:
-            ended = eos_seen = True
-            break
-        out.append(response.token)
-        if proc is not None and proc.complete:
-            ended = True  # e.g. Harmony's <|call|>: nothing but the end can follow
-            break
-    text = tokenizer.decode(out)
-    used = len(out) + int(eos_seen)
-    result = Result(text=text, token_ids=out, usage={
-        "prompt_tokens": len(ids), "completion_tokens": used, "total_tokens": len(ids) + used})
-    if isinstance(grammar, ToolGrammar):
-        state = grammar.walk(out, max_tokens)
-        complete = state is not None and grammar.is_final(state)
-        if complete:
-            parsed = grammar.parse(out)
-            result.content, result.reasoning, result.tool_calls = parsed.content, parsed.reasoning, parsed.tool_calls
-            result.errors = parsed.errors
-            result.parsed = parsed
-            result.finish_reason = "tool_calls" if parsed.tool_calls else "stop" if ended else "length"
-        else:
-            result.finish_reason = "length"
-            result.content = text
-    elif grammar is not None:
-        state = grammar.automaton.walk(out)
-        result.finish_reason = "stop" if state >= 0 and grammar.automaton.final[state] else "length"
-        result.parsed, result.errors = grammar.validate(text)
-    else:
-        result.finish_reason = "stop" if ended else "length"
-        result.content = text
-    return result
+    flags: dict = {}
+    for _ in _run(model, tokenizer, grammar, ids, max_tokens, sampler, kwargs, out, flags):
+        pass
+    return _result(tokenizer, grammar, ids, out, flags, max_tokens)
+
+
+def stream_generate(
+    model: Any,
+    tokenizer: Any,
+    prompt: Any,
+    *,
+    response_format: Any = None,
+    tools: Any = None,
+    tool_choice: Any = "auto",
+    parallel_tool_calls: bool = True,
+    format: str | None = None,
+    thinking: Any = None,
+    max_tokens: int = 256,
+    sampler: Any = None,
+    **kwargs: Any,
+) -> Iterator[dict]:
+    """``generate``, streamed as OpenAI-style deltas: ``{"reasoning_content": s}``,
+    ``{"content": s}``, ``{"tool_calls": [call]}`` (a call is sent once it is closed), and last
+    ``{"finish_reason": ..., "usage": ..., "result": Result}``."""
+    grammar, ids = _setup(tokenizer, prompt, response_format, tools, tool_choice, parallel_tool_calls, format, thinking)
+    out: list[int] = []
+    flags: dict = {}
+    stream = grammar.stream_parser() if isinstance(grammar, ToolGrammar) else None
+    for response in _run(model, tokenizer, grammar, ids, max_tokens, sampler, kwargs, out, flags):
+        if stream is not None:
+            yield from stream.feed([response.token])
+        elif response.text:
+            yield {"content": response.text}
+    result = _result(tokenizer, grammar, ids, out, flags, max_tokens)
+    yield {"finish_reason": result.finish_reason, "usage": result.usage, "result": result}

@@ -78,3 +78,27 @@ def test_generate_with_tools_on_a_random_model(family, tmp_path_factory):
                 assert mlx_lm_calls(family, text, tools) == [
                     (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in result.tool_calls]
     assert "tool_calls" in outcomes
+
+
+def test_stream_generate_reassembles_to_generate(tmp_path_factory):
+    """Same seed, same request: the streamed deltas add up to exactly the non-streamed result."""
+    from engine import stream_generate
+
+    model, tok = model_for("hermes", tmp_path_factory)
+    tools = offered_tools()
+    messages = [{"role": "user", "content": "Move a.txt to b.txt."}]
+    for choice, thinking in (("required", True), ("auto", None)):
+        g = compile_tools(tok, tools, format="hermes", tool_choice=choice, thinking=thinking)
+        kwargs = dict(tools=tools, tool_choice=choice, thinking=thinking, format="hermes", max_tokens=80)
+        mx.random.seed(4)
+        whole = generate(model, tok, messages, sampler=make_sampler(temp=1.0),
+                         logits_processors=[eager(g)] if choice == "auto" else None, **kwargs)
+        mx.random.seed(4)
+        deltas = list(stream_generate(model, tok, messages, sampler=make_sampler(temp=1.0),
+                                      logits_processors=[eager(g)] if choice == "auto" else None, **kwargs))
+        assert deltas[-1]["finish_reason"] == whole.finish_reason
+        assert deltas[-1]["result"].token_ids == whole.token_ids
+        assert ("".join(d.get("content", "") for d in deltas) or None) == whole.content
+        assert ("".join(d.get("reasoning_content", "") for d in deltas) or None) == whole.reasoning
+        streamed = [c["function"] for d in deltas for c in d.get("tool_calls", [])]
+        assert streamed == [c["function"] for c in whole.tool_calls]
