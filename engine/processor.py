@@ -58,6 +58,9 @@ class LogitsProcessor:
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
         width = logits.shape[-1]
+        # The newest token is usually still being computed, and reading it below waits for it.
+        # Queue this step's forward pass first, so the model runs while we wait and mask.
+        mx.async_eval(logits)
         tokens = np.asarray(tokens).reshape(-1)  # slicing on the host: an MLX slice costs ~80 µs
         length = tokens.shape[0]
         if self.base is None:
