@@ -331,6 +331,23 @@ def compile_regex(regex: str, vocab: Vocab, *, timeout: float | None = None,
     return a
 
 
+def additive_mask(ids: np.ndarray, width: int) -> mx.array:
+    """A float32 row: 0 where ``ids`` are allowed, -inf elsewhere (added to the logits)."""
+    m = np.full(width, -np.inf, dtype=np.float32)
+    m[ids] = 0.0
+    return mx.array(m)
+
+
+def shared_mask(ids: np.ndarray, width: int, by_content: _LRU) -> tuple[bytes, mx.array]:
+    """The additive mask allowing ``ids``, built once per content: (its digest, the mask)."""
+    digest = hashlib.blake2b(ids.astype(np.int32).tobytes() + width.to_bytes(4, "little"), digest_size=16).digest()
+    m = by_content.get(digest)
+    if m is None:
+        m = additive_mask(ids, width)
+        by_content.put(digest, m, width * 4)
+    return digest, m
+
+
 class MaskTable:
     """Additive float32 masks (0 allowed, -inf banned) per (state, budget cap), deduplicated."""
 
@@ -344,7 +361,7 @@ class MaskTable:
         self.lock = threading.Lock()
         eos = [i for i in vocab.eos_ids if i < width]
         self.eos = np.asarray(eos, dtype=np.int64)
-        self.eos_only = self._make(self.eos[:1])
+        self.eos_only = additive_mask(self.eos[:1], width)
 
     def allowed(self, state: int, left: int) -> np.ndarray:
         """Token ids allowed in ``state`` with ``left`` tokens still to generate (this one included)."""
@@ -363,16 +380,7 @@ class MaskTable:
         ids = self.allowed(state, left)
         if len(ids) == 0:
             return self.eos_only
-        digest = hashlib.blake2b(ids.astype(np.int32).tobytes(), digest_size=16).digest()
-        m = self.by_content.get(digest)
-        if m is None:
-            m = self._make(ids)
-            self.by_content.put(digest, m, self.width * 4)
+        digest, m = shared_mask(ids, self.width, self.by_content)
         with self.lock:
             self.by_key[key] = digest
         return m
-
-    def _make(self, ids: np.ndarray) -> mx.array:
-        m = np.full(self.width, -np.inf, dtype=np.float32)
-        m[ids] = 0.0
-        return mx.array(m)

@@ -16,7 +16,7 @@ import jsonschema
 import regex
 
 from .errors import GenerationError
-from .formats import TEXT_REGEX, py_regex, render
+from .formats import py_regex, render
 
 if TYPE_CHECKING:
     from .toolcalls import ToolGrammar
@@ -48,7 +48,7 @@ class Parser:
         def fill(n):
             if n[0] == "ref" and n[1] == "call":
                 return any_call
-            return self._fill_symbols(n)
+            return self.g._fill_symbols(n)
 
         self.top = regex.compile(py_regex(render(fmt, grammar.start, fill, groups=True)), regex.DOTALL)
         region = fmt.rules.get("tool_calls", ("ref", "call"))
@@ -61,18 +61,11 @@ class Parser:
         reasoning = fmt.rules.get("reasoning")
         self.reasoning_closer = self._closer(reasoning) if reasoning is not None else ""
 
-    def _fill_symbols(self, n):
-        if n[0] == "sym":
-            return regex.escape(self.symbols[n[1]])
-        if n[0] == "hole" and n[1] == "TEXT":
-            return TEXT_REGEX
-        return None
-
     def _call_regex(self, ti: int, groups: bool) -> str:
         tool, holes = self.g.tools[ti], self.g._holes[ti]
 
         def fill(n):
-            got = self._fill_symbols(n)
+            got = self.g._fill_symbols(n)
             if got is not None or n[0] != "hole":
                 return got
             inner = {"TOOL_NAME": regex.escape(tool.name), "CALL_INDEX": "[0-9]+"}.get(n[1]) or holes[n[1]]
@@ -82,7 +75,7 @@ class Parser:
 
     def _parameter_regex(self, key: str, value: str) -> str:
         def fill(n):
-            got = self._fill_symbols(n)
+            got = self.g._fill_symbols(n)
             if got is not None or n[0] != "hole":
                 return got
             return regex.escape(key) if n[1] == "PARAM_KEY" else f"(?P<PARAM_VALUE>{value})"

@@ -40,7 +40,6 @@ class LogitsProcessor:
         self.consumed: list[int] = []
         self.states = [grammar.initial_state]
         self.ended = False
-        self.width: int | None = None
 
     @property
     def state(self) -> int:

@@ -18,7 +18,6 @@ a call from opening without room to close and forces it closed before ``max_toke
 from __future__ import annotations
 
 import bisect
-import hashlib
 import heapq
 import json
 import re
@@ -32,7 +31,7 @@ import jsonschema
 import mlx.core as mx
 import numpy as np
 
-from .automaton import UNREACHABLE, Automaton, _distances, _LRU, compile_regex
+from .automaton import UNREACHABLE, Automaton, _distances, _LRU, additive_mask, compile_regex, shared_mask
 from .errors import BudgetError, CompileError, SchemaError
 from .formats import (
     FLOAT_VALUES,
@@ -706,22 +705,14 @@ class ToolGrammar:
             ids = np.concatenate([ids, np.asarray([i for i in self.vocab.eos_ids if i < width], np.int32)])
         if len(ids) == 0:
             return self.eos_mask(width)
-        digest = hashlib.blake2b(ids.astype(np.int32).tobytes() + width.to_bytes(4, "little"), digest_size=16).digest()
-        m = self._by_content.get(digest)
-        if m is None:
-            a = np.full(width, -np.inf, dtype=np.float32)
-            a[ids] = 0.0
-            m = mx.array(a)
-            self._by_content.put(digest, m, width * 4)
+        digest, m = shared_mask(ids, width, self._by_content)
         self._masks[key] = digest
         return m
 
     def eos_mask(self, width: int) -> mx.array:
         m = self._eos.get(width)
         if m is None:
-            a = np.full(width, -np.inf, dtype=np.float32)
-            a[self.vocab.eos_ids[0]] = 0.0
-            m = self._eos[width] = mx.array(a)
+            m = self._eos[width] = additive_mask(np.asarray(self.vocab.eos_ids[:1]), width)
         return m
 
     def processor(self, max_tokens: int):
