@@ -117,7 +117,7 @@ def usable(tok, family, pool, n):
 def compile_series(family, sizes, pool, eager_limit):
     tok = AutoTokenizer.from_pretrained(str(SHARED / "tokenizers" / TOKENIZER_OF[family]))
     tools, refused = usable(tok, family, pool, max(sizes) + 1)
-    automaton._outlines_vocabulary(toolcalls._tool_vocab(engine.build_vocab(tok), engine.formats.load_format(family)))
+    automaton._trie(toolcalls._tool_vocab(engine.build_vocab(tok), engine.formats.load_format(family)))
     rows = []  # the vocabulary itself (built once per tokenizer and process) is left out of the timings
     for n in sizes:
         chosen, extra = tools[:n], tools[n]

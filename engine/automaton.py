@@ -1,9 +1,12 @@
 """Regex -> token automaton: compiled once (expensive, cached), walked per request (cheap).
 
-outlines-core builds the token-level index; we keep it as flat numpy arrays (CSR: for each state
+outlines-core compiles the regex to a DFA over bytes (an index over the 256 one-byte tokens);
+we walk the vocabulary's byte trie through that DFA from every state at once, level by level,
+dropping dead branches early, which gives every (state, token, next state) without visiting
+the whole vocabulary per state. The result is kept as flat numpy arrays (CSR: for each state
 the allowed token ids, sorted, and the state each leads to) plus, per state, the fewest tokens
-still needed to reach acceptance. Those distances are what let a processor close the output
-before the budget runs out. Compiled automata are cached in memory (LRU by bytes) and on disk.
+still needed to reach acceptance: what lets a processor close the output before the budget runs
+out. Compiled automata are cached in memory (LRU by bytes) and on disk.
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ import numpy as np
 from outlines_core import Index, Vocabulary
 
 from .errors import CompileError
-from .vocabulary import Vocab
+from .vocabulary import PUA_BASE, PUA_LIMIT, Vocab
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 UNREACHABLE = np.iinfo(np.int32).max // 2
 DEFAULT_MEMORY_BYTES = 1 << 30
 DEFAULT_MASK_BYTES = 512 << 20
 MAX_REGEX_CHARS = 2_000_000
+END = chr(PUA_BASE + PUA_LIMIT - 2)  # U+EFFE: ends every compiled regex; no token spells it
+DEFAULT_MAX_EDGES = 64_000_000  # token transitions per automaton (about 12 bytes each while building)
 
 
 def cache_dir() -> Path | None:
@@ -100,77 +105,181 @@ class Automaton:
         return out
 
 
-def _distances(offsets: np.ndarray, targets: np.ndarray, final: np.ndarray) -> np.ndarray:
-    """Reverse breadth-first search from the accepting states over the state graph."""
-    n = len(final)
-    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
-    edges = np.unique(src * n + targets.astype(np.int64))
-    preds: list[list[int]] = [[] for _ in range(n)]
-    for s, t in zip((edges // n).tolist(), (edges % n).tolist()):
-        preds[t].append(s)
+def _bfs(a: np.ndarray, b: np.ndarray, start: np.ndarray, n: int) -> np.ndarray:
+    """Breadth-first levels from ``start`` along edges a -> b (UNREACHABLE where never reached)."""
+    order = np.argsort(a, kind="stable")
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(a, minlength=n))])
+    heads = b[order]
     dist = np.full(n, UNREACHABLE, dtype=np.int32)
-    frontier = np.flatnonzero(final).tolist()
-    dist[frontier] = 0
+    frontier = np.unique(start)
     d = 0
-    while frontier:
+    while len(frontier):
+        dist[frontier] = d
+        _, pos = _ranges(frontier, offsets)
+        nxt = np.unique(heads[pos])
+        frontier = nxt[dist[nxt] == UNREACHABLE]
         d += 1
-        nxt = []
-        for t in frontier:
-            for s in preds[t]:
-                if dist[s] == UNREACHABLE:
-                    dist[s] = d
-                    nxt.append(s)
-        frontier = nxt
     return dist
 
 
-_OUTLINES_VOCABS: dict[tuple, Vocabulary] = {}
-_OUTLINES_LOCK = threading.Lock()
+def _state_graph(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (from, to) state pairs among the edges (free text gives 150k per state)."""
+    flat = src.astype(np.int64) * n + dst
+    if n * n <= 1 << 26:
+        seen = np.zeros(n * n, dtype=bool)
+        seen[flat] = True
+        flat = np.flatnonzero(seen)
+    else:
+        flat = np.unique(flat)
+    return flat // n, flat % n
 
 
-def _outlines_vocabulary(vocab: Vocab, macro: tuple[str, int] | None = None) -> Vocabulary:
-    """The outlines-core vocabulary; ``macro`` adds one (character, id) pseudo-token."""
-    key = (vocab.fingerprint, macro)
-    with _OUTLINES_LOCK:
-        ov = _OUTLINES_VOCABS.get(key)
-        if ov is None:
-            table = vocab.outlines_map
-            if macro is not None:
-                table = {**table, macro[0].encode(): [macro[1]]}
-            ov = Vocabulary(vocab.eos_ids[0], table)
-            _OUTLINES_VOCABS[key] = ov
-        return ov
+def _distances(offsets: np.ndarray, targets: np.ndarray, final: np.ndarray) -> np.ndarray:
+    """Per state, the fewest tokens to an accepting state (reverse breadth-first search)."""
+    n = len(final)
+    src, dst = _state_graph(np.repeat(np.arange(n), np.diff(offsets)), targets, n)
+    return _bfs(dst, src, np.flatnonzero(final), n)
 
 
-def _build(regex: str, vocab: Vocab, key: str, macro: tuple[str, int] | None = None) -> Automaton:
+_BYTE_VOCAB: Vocabulary | None = None
+_TRIES: dict[str, "_Trie"] = {}
+_TRIE_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class _Trie:
+    """The vocabulary's token strings as a byte trie (node 0 is the root).
+
+    ``child[coff[n]:coff[n+1]]`` are node n's children, ``byte[c]`` the byte leading to child c,
+    ``ids[eoff[n]:eoff[n+1]]`` the token ids whose bytes end exactly at node n.
+    """
+
+    child: np.ndarray
+    coff: np.ndarray
+    byte: np.ndarray
+    ids: np.ndarray
+    eoff: np.ndarray
+
+
+def _trie(vocab: Vocab) -> _Trie:
+    with _TRIE_LOCK:
+        got = _TRIES.get(vocab.fingerprint)
+        if got is not None:
+            return got
+        node_of = {b"": 0}
+        parent, byte, ends = [0], [0], []
+        for text, ids in vocab.outlines_map.items():
+            for d in range(1, len(text) + 1):
+                prefix = text[:d]
+                if prefix not in node_of:
+                    node_of[prefix] = len(parent)
+                    parent.append(node_of[text[:d - 1]])
+                    byte.append(text[d - 1])
+            node = node_of[text]
+            ends += [(node, i) for i in ids]
+        n = len(parent)
+        parents = np.asarray(parent[1:], dtype=np.int64)
+        coff = np.concatenate([[0], np.cumsum(np.bincount(parents, minlength=n))])
+        end = np.asarray(ends, dtype=np.int64).reshape(-1, 2)
+        order = np.argsort(end[:, 0], kind="stable")
+        eoff = np.concatenate([[0], np.cumsum(np.bincount(end[:, 0], minlength=n))])
+        got = _Trie(child=(np.argsort(parents, kind="stable") + 1).astype(np.int32), coff=coff,
+                    byte=np.asarray(byte, dtype=np.uint8), ids=end[order, 1].astype(np.int32), eoff=eoff)
+        if len(_TRIES) >= 8:
+            _TRIES.pop(next(iter(_TRIES)))
+        _TRIES[vocab.fingerprint] = got
+        return got
+
+
+def _byte_dfa(regex: str) -> tuple[np.ndarray, np.ndarray]:
+    """The regex's DFA over bytes: (transitions (n+1, 256) with n as the dead state, final (n,)).
+
+    outlines-core compiles the regex; its index over the 256 one-byte tokens is the DFA, except
+    that it leaves out a step from a matching position into a non-matching one (a multi-byte
+    character after a complete match, say). Compiling ``(?:regex)`` followed by END, a symbol no
+    token can spell, means no position before END matches, so no step is left out; a state is
+    final when END leads from it to acceptance.
+    """
+    global _BYTE_VOCAB
+    if _BYTE_VOCAB is None:
+        _BYTE_VOCAB = Vocabulary(256, {bytes([b]): [b] for b in range(256)})
     try:
-        index = Index(regex, _outlines_vocabulary(vocab, macro))
+        index = Index(f"(?:{regex}){END}", _BYTE_VOCAB)
     except Exception as e:  # outlines-core raises plain ValueError/RuntimeError on regex trouble
-        raise CompileError(f"cannot build a token automaton for this regex: {e}") from None
+        raise CompileError(f"cannot build an automaton for this regex: {e}") from None
     table = index.get_transitions()
     init = index.get_initial_state()
-    finals = set(index.get_final_states())
-    order = [init] + sorted(s for s in table.keys() | finals if s != init)
+    order = [init] + sorted(s for s in table if s != init)
     dense = {s: i for i, s in enumerate(order)}
-    eos = set(vocab.eos_ids)
-    counts = np.zeros(len(order) + 1, dtype=np.int64)
-    tok_parts, tgt_parts = [], []
-    for i, s in enumerate(order):
-        row = table.get(s, {})
-        toks = np.fromiter((t for t in row if t not in eos), dtype=np.int32)
-        tgts = np.fromiter((dense[row[t]] for t in toks.tolist()), dtype=np.int32, count=len(toks))
-        order_idx = np.argsort(toks, kind="stable")
-        tok_parts.append(toks[order_idx])
-        tgt_parts.append(tgts[order_idx])
-        counts[i + 1] = len(toks)
-    offsets = np.cumsum(counts)
-    tokens = np.concatenate(tok_parts) if tok_parts else np.zeros(0, np.int32)
-    targets = np.concatenate(tgt_parts) if tgt_parts else np.zeros(0, np.int32)
-    final = np.array([s in finals for s in order], dtype=bool)
-    dist = _distances(offsets, targets, final)
-    if dist[0] >= UNREACHABLE:
+    n = len(order)
+    trans = np.full((n + 1, 256), n, dtype=np.int32)
+    for s, row in table.items():
+        i = dense[s]
+        for b, nxt in row.items():
+            if b < 256:
+                trans[i, b] = dense[nxt]
+    accepting = np.zeros(n + 1, dtype=bool)
+    accepting[[dense[s] for s in index.get_final_states()]] = True
+    cur = np.arange(n)
+    for b in END.encode():
+        cur = trans[cur, b]
+    return trans, accepting[cur]
+
+
+def _ranges(starts: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each i, the positions offsets[starts[i]]..offsets[starts[i]+1]-1: (owner i, position)."""
+    lo = offsets[starts]
+    counts = offsets[starts + 1] - lo
+    owner = np.repeat(np.arange(len(starts)), counts)
+    pos = np.arange(int(counts.sum())) + np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    return owner, pos
+
+
+def _token_edges(trans: np.ndarray, trie: _Trie, extra: tuple[tuple[bytes, int], ...], max_edges: int):
+    """Every (state, token, next state) of the byte DFA, walking the trie from all states at once."""
+    n = trans.shape[0] - 1
+    src = np.arange(n, dtype=np.int32)
+    node = np.zeros(n, dtype=np.int32)
+    cur = src.copy()
+    parts, total = [], 0
+    while len(src):
+        owner, pos = _ranges(node, trie.coff)
+        child = trie.child[pos]
+        nxt = trans[cur[owner], trie.byte[child]]
+        alive = nxt != n
+        src, node, cur = src[owner[alive]], child[alive], nxt[alive]
+        owner, pos = _ranges(node, trie.eoff)
+        parts.append((src[owner], trie.ids[pos], cur[owner]))
+        total += len(owner)
+        if total > max_edges:
+            raise CompileError(f"the token automaton exceeds {max_edges} transitions")
+    for text, token in extra:
+        cur = np.arange(n, dtype=np.int32)
+        for b in text:
+            cur = trans[cur, b]
+        ok = np.flatnonzero(cur != n).astype(np.int32)
+        parts.append((ok, np.full(len(ok), token, dtype=np.int32), cur[ok]))
+    return tuple(np.concatenate(p) for p in zip(*parts))
+
+
+def _build(regex: str, vocab: Vocab, key: str, macro: tuple[str, int] | None = None,
+           max_edges: int = DEFAULT_MAX_EDGES) -> Automaton:
+    trans, final = _byte_dfa(regex)
+    n = len(final)
+    extra = ((macro[0].encode(), macro[1]),) if macro else ()
+    src, tok, dst = _token_edges(trans, _trie(vocab), extra, max_edges)
+    # keep the states the initial one reaches by tokens and that can still reach acceptance
+    gs, gd = _state_graph(src, dst, n)
+    to_end = _bfs(gd, gs, np.flatnonzero(final), n)
+    alive = (_bfs(gs, gd, np.array([0]), n) < UNREACHABLE) & (to_end < UNREACHABLE)
+    if not alive[0]:
         raise CompileError("the regex accepts no string this vocabulary can produce")
-    return Automaton(offsets, tokens, targets, final, dist, key)
+    keep = alive[src] & alive[dst]
+    dense = (np.cumsum(alive) - 1).astype(np.int32)
+    src, tok, dst = dense[src[keep]], tok[keep], dense[dst[keep]]
+    order = np.argsort(src.astype(np.int64) << 32 | tok)
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=int(alive.sum())))]).astype(np.int64)
+    return Automaton(offsets, tok[order], dst[order], final[alive], to_end[alive], key)
 
 
 def _save(path: Path, a: Automaton) -> None:
@@ -225,6 +334,7 @@ def _child_build(regex: str, vocab: Vocab, key: str, path: str, conn) -> None:
 
 def _build_bounded(regex: str, vocab: Vocab, key: str, timeout: float) -> Automaton:
     """Build in a forked child so a runaway compile can be killed without harming this process."""
+    _trie(vocab)  # built here once, so every forked child inherits it
     ctx = multiprocessing.get_context("fork")
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "a.npz")
