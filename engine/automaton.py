@@ -3,7 +3,8 @@
 outlines-core compiles the regex to a DFA over bytes (an index over the 256 one-byte tokens);
 we walk the vocabulary's byte trie through that DFA from every state at once, level by level,
 dropping dead branches early, which gives every (state, token, next state) without visiting
-the whole vocabulary per state. The result is kept as flat numpy arrays (CSR: for each state
+the whole vocabulary per state. States that loop on free text or on JSON string characters
+take all tokens made of such characters in one precomputed block (see _Run). The result is kept as flat numpy arrays (CSR: for each state
 the allowed token ids, sorted, and the state each leads to) plus, per state, the fewest tokens
 still needed to reach acceptance: what lets a processor close the output before the budget runs
 out. Compiled automata are cached in memory (LRU by bytes) and on disk.
@@ -17,7 +18,7 @@ import os
 import tempfile
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
@@ -34,6 +35,8 @@ DEFAULT_MASK_BYTES = 512 << 20
 MAX_REGEX_CHARS = 2_000_000
 END = chr(PUA_BASE + PUA_LIMIT - 2)  # U+EFFE: ends every compiled regex; no token spells it
 DEFAULT_MAX_EDGES = 64_000_000  # token transitions per automaton (about 12 bytes each while building)
+# Character runs the index builder takes in one step: free text, then JSON string characters.
+RUN_CLASSES = (r"[^\x{E000}-\x{EFFF}]", r'[^"\\\x00-\x1F\x{E000}-\x{EFFF}]')
 
 
 def cache_dir() -> Path | None:
@@ -159,6 +162,8 @@ class _Trie:
     byte: np.ndarray
     ids: np.ndarray
     eoff: np.ndarray
+    parent: np.ndarray
+    runs: list = field(default_factory=list)  # one _Run per RUN_CLASSES entry, filled on first use
 
 
 def _trie(vocab: Vocab) -> _Trie:
@@ -184,11 +189,83 @@ def _trie(vocab: Vocab) -> _Trie:
         order = np.argsort(end[:, 0], kind="stable")
         eoff = np.concatenate([[0], np.cumsum(np.bincount(end[:, 0], minlength=n))])
         got = _Trie(child=(np.argsort(parents, kind="stable") + 1).astype(np.int32), coff=coff,
-                    byte=np.asarray(byte, dtype=np.uint8), ids=end[order, 1].astype(np.int32), eoff=eoff)
+                    byte=np.asarray(byte, dtype=np.uint8), ids=end[order, 1].astype(np.int32), eoff=eoff,
+                    parent=np.asarray(parent, dtype=np.int32))
+        got.runs.extend(_run(got, k) for k in RUN_CLASSES)
         if len(_TRIES) >= 8:
             _TRIES.pop(next(iter(_TRIES)))
         _TRIES[vocab.fingerprint] = got
         return got
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A character class's byte automaton laid over the trie.
+
+    A state that loops on the class (the inside of a JSON string, free text) moves along any
+    token made of class characters exactly as the class automaton does. Such tokens (``ids``,
+    ending in class state ``k``) are taken in one step; the walk starts only at ``exits``, the
+    trie nodes where a token first leaves the class (``exit_k`` is the class state before).
+    """
+
+    trans: np.ndarray  # (c+1, 256): the class automaton, c is dead, state 0 is between characters
+    edges: np.ndarray  # (e, 3): its live edges (from, byte, to)
+    tree: np.ndarray  # (c-1, 3): edges reaching every class state from state 0, in order
+    ids: np.ndarray
+    k: np.ndarray
+    exits: np.ndarray
+    exit_k: np.ndarray
+
+
+def _run(trie: "_Trie", char_class: str) -> _Run:
+    trans, _ = _byte_dfa(f"(?:{char_class})*")
+    c = trans.shape[0] - 1
+    src, byte = np.nonzero(trans[:c] != c)
+    dst = trans[src, byte]
+    # keep the states on a loop through state 0 (leaving out the END symbol's path)
+    live = (_bfs(src, dst, np.array([0]), c) < UNREACHABLE) & (_bfs(dst, src, np.array([0]), c) < UNREACHABLE)
+    ok = live[src] & live[dst]
+    edges = np.stack([src[ok], byte[ok], dst[ok]], axis=1)
+    trans = np.full_like(trans, c)
+    trans[edges[:, 0], edges[:, 1]] = edges[:, 2]
+    tree, seen, frontier = [], {0}, [0]
+    while frontier:
+        nxt = []
+        for a, b, d in edges[np.isin(edges[:, 0], frontier)].tolist():
+            if d not in seen:
+                seen.add(d)
+                tree.append((a, b, d))
+                nxt.append(d)
+        frontier = nxt
+    node_k = np.full(len(trie.parent), -1, dtype=np.int32)
+    node_k[0] = 0
+    frontier = np.array([0])
+    while len(frontier):
+        owner, pos = _ranges(frontier, trie.coff)
+        child = trie.child[pos]
+        k = node_k[frontier[owner]]
+        step = trans[np.where(k >= 0, k, c), trie.byte[child]]
+        node_k[child] = np.where(step == c, -1, step)
+        frontier = child
+    inside = np.flatnonzero(node_k >= 0)[1:]
+    owner, pos = _ranges(inside, trie.eoff)
+    ids, k = trie.ids[pos], node_k[inside[owner]]
+    order = np.argsort(ids)
+    exits = np.flatnonzero((node_k < 0) & (node_k[trie.parent] >= 0)).astype(np.int32)
+    return _Run(trans, edges, np.asarray(tree, dtype=np.int64).reshape(-1, 3), ids[order], k[order],
+                exits, node_k[trie.parent[exits]])
+
+
+def _run_states(trans: np.ndarray, run: _Run, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which of ``states`` move like the class automaton: (those states, their class-state map)."""
+    dead = trans.shape[0] - 1
+    m = np.full((len(states), run.trans.shape[0] - 1), dead, dtype=np.int32)
+    m[:, 0] = states
+    for a, b, d in run.tree.tolist():
+        m[:, d] = trans[m[:, a], b]
+    e = run.edges
+    ok = ((trans[m[:, e[:, 0]], e[:, 1]] == m[:, e[:, 2]]) & (m[:, e[:, 2]] != dead)).all(axis=1)
+    return states[ok], m[ok]
 
 
 def _byte_dfa(regex: str) -> tuple[np.ndarray, np.ndarray]:
@@ -236,30 +313,48 @@ def _ranges(starts: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def _token_edges(trans: np.ndarray, trie: _Trie, extra: tuple[tuple[bytes, int], ...], max_edges: int):
-    """Every (state, token, next state) of the byte DFA, walking the trie from all states at once."""
+    """Every (state, token, next state) of the byte DFA, walking the trie from all states at once.
+
+    Returns the walked edges and, for states that loop on a character class, the class's tokens
+    as one block each: {state: (token ids, next states)}.
+    """
     n = trans.shape[0] - 1
-    src = np.arange(n, dtype=np.int32)
-    node = np.zeros(n, dtype=np.int32)
-    cur = src.copy()
-    parts, total = [], 0
+    blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    starts = [(np.arange(n, dtype=np.int32), np.zeros(n, dtype=np.int32), np.arange(n, dtype=np.int32))]
+    free = np.flatnonzero(trans[:n, ord("a")] == np.arange(n))
+    for run in trie.runs:
+        states, m = _run_states(trans, run, free)
+        free = np.setdiff1d(free, states)
+        for s, row in zip(states.tolist(), m):
+            blocks[s] = (run.ids, row[run.k])
+            cur = trans[row[run.exit_k], trie.byte[run.exits]]
+            alive = cur != n
+            starts.append((np.full(int(alive.sum()), s, dtype=np.int32), run.exits[alive], cur[alive]))
+    if blocks:
+        walked = np.ones(n, dtype=bool)
+        walked[list(blocks)] = False
+        starts[0] = tuple(a[walked] for a in starts[0])
+    src, node, cur = (np.concatenate(p) for p in zip(*starts))
+    parts, total = [], sum(len(b[0]) for b in blocks.values())
     while len(src):
-        owner, pos = _ranges(node, trie.coff)
-        child = trie.child[pos]
-        nxt = trans[cur[owner], trie.byte[child]]
-        alive = nxt != n
-        src, node, cur = src[owner[alive]], child[alive], nxt[alive]
         owner, pos = _ranges(node, trie.eoff)
         parts.append((src[owner], trie.ids[pos], cur[owner]))
         total += len(owner)
         if total > max_edges:
             raise CompileError(f"the token automaton exceeds {max_edges} transitions")
+        owner, pos = _ranges(node, trie.coff)
+        child = trie.child[pos]
+        nxt = trans[cur[owner], trie.byte[child]]
+        alive = nxt != n
+        src, node, cur = src[owner[alive]], child[alive], nxt[alive]
     for text, token in extra:
         cur = np.arange(n, dtype=np.int32)
         for b in text:
             cur = trans[cur, b]
         ok = np.flatnonzero(cur != n).astype(np.int32)
         parts.append((ok, np.full(len(ok), token, dtype=np.int32), cur[ok]))
-    return tuple(np.concatenate(p) for p in zip(*parts))
+    src, tok, dst = (np.concatenate(p) for p in zip(*parts))
+    return src, tok, dst, blocks
 
 
 def _build(regex: str, vocab: Vocab, key: str, macro: tuple[str, int] | None = None,
@@ -267,19 +362,38 @@ def _build(regex: str, vocab: Vocab, key: str, macro: tuple[str, int] | None = N
     trans, final = _byte_dfa(regex)
     n = len(final)
     extra = ((macro[0].encode(), macro[1]),) if macro else ()
-    src, tok, dst = _token_edges(trans, _trie(vocab), extra, max_edges)
+    src, tok, dst, blocks = _token_edges(trans, _trie(vocab), extra, max_edges)
     # keep the states the initial one reaches by tokens and that can still reach acceptance
-    gs, gd = _state_graph(src, dst, n)
+    block_src = [np.full(len(np.unique(t)), s) for s, (_, t) in blocks.items()]
+    block_dst = [np.unique(t) for _, t in blocks.values()]
+    gs, gd = _state_graph(np.concatenate([src, *block_src]), np.concatenate([dst, *block_dst]), n)
     to_end = _bfs(gd, gs, np.flatnonzero(final), n)
     alive = (_bfs(gs, gd, np.array([0]), n) < UNREACHABLE) & (to_end < UNREACHABLE)
     if not alive[0]:
         raise CompileError("the regex accepts no string this vocabulary can produce")
     keep = alive[src] & alive[dst]
     dense = (np.cumsum(alive) - 1).astype(np.int32)
+    m = int(alive.sum())
     src, tok, dst = dense[src[keep]], tok[keep], dense[dst[keep]]
     order = np.argsort(src.astype(np.int64) << 32 | tok)
-    offsets = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=int(alive.sum())))]).astype(np.int64)
-    return Automaton(offsets, tok[order], dst[order], final[alive], to_end[alive], key)
+    tok, dst = tok[order], dst[order]
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=m))]).astype(np.int64)
+    if blocks:  # merge each class block (sorted) with its state's walked tokens
+        toks, tgts, counts = [], [], np.zeros(m + 1, dtype=np.int64)
+        for s in np.flatnonzero(alive).tolist():
+            d = dense[s]
+            t, g = tok[offsets[d]:offsets[d + 1]], dst[offsets[d]:offsets[d + 1]]
+            if s in blocks:
+                ids, to = blocks[s]
+                ok = alive[to]
+                ids, to = ids[ok], dense[to[ok]]
+                at = np.searchsorted(ids, t)
+                t, g = np.insert(ids, at, t), np.insert(to, at, g)
+            toks.append(t)
+            tgts.append(g)
+            counts[d + 1] = len(t)
+        tok, dst, offsets = np.concatenate(toks), np.concatenate(tgts), np.cumsum(counts)
+    return Automaton(offsets, tok, dst, final[alive], to_end[alive], key)
 
 
 def _save(path: Path, a: Automaton) -> None:
