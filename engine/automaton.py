@@ -3,11 +3,12 @@
 outlines-core compiles the regex to a DFA over bytes (an index over the 256 one-byte tokens);
 we walk the vocabulary's byte trie through that DFA from every state at once, level by level,
 dropping dead branches early, which gives every (state, token, next state) without visiting
-the whole vocabulary per state. States that loop on free text or on JSON string characters
-take all tokens made of such characters in one precomputed block (see _Run). The result is kept as flat numpy arrays (CSR: for each state
-the allowed token ids, sorted, and the state each leads to) plus, per state, the fewest tokens
-still needed to reach acceptance: what lets a processor close the output before the budget runs
-out. Compiled automata are cached in memory (LRU by bytes) and on disk.
+the whole vocabulary per state. States that loop on a wide character class (free text, JSON
+string characters, raw strings, patterns like ``[a-z0-9_]*``) take all tokens made of such
+characters in one precomputed block (see _Run). The result is kept as flat numpy arrays (CSR:
+for each state the allowed token ids, sorted, and the state each leads to) plus, per state,
+the fewest tokens still needed to reach acceptance: what lets a processor close the output
+before the budget runs out. Compiled automata are cached in memory (LRU by bytes) and on disk.
 """
 
 from __future__ import annotations
@@ -35,8 +36,7 @@ DEFAULT_MASK_BYTES = 512 << 20
 MAX_REGEX_CHARS = 2_000_000
 END = chr(PUA_BASE + PUA_LIMIT - 2)  # U+EFFE: ends every compiled regex; no token spells it
 DEFAULT_MAX_EDGES = 64_000_000  # token transitions per automaton (about 12 bytes each while building)
-# Character runs the index builder takes in one step: free text, then JSON string characters.
-RUN_CLASSES = (r"[^\x{E000}-\x{EFFF}]", r'[^"\\\x00-\x1F\x{E000}-\x{EFFF}]')
+MIN_RUN_BYTES = 16  # a state looping on fewer ASCII bytes is walked token by token
 
 
 def cache_dir() -> Path | None:
@@ -163,7 +163,7 @@ class _Trie:
     ids: np.ndarray
     eoff: np.ndarray
     parent: np.ndarray
-    runs: list = field(default_factory=list)  # one _Run per RUN_CLASSES entry, filled on first use
+    runs: dict = field(default_factory=dict)  # character class -> _Run, made on first use
 
 
 def _trie(vocab: Vocab) -> _Trie:
@@ -191,7 +191,6 @@ def _trie(vocab: Vocab) -> _Trie:
         got = _Trie(child=(np.argsort(parents, kind="stable") + 1).astype(np.int32), coff=coff,
                     byte=np.asarray(byte, dtype=np.uint8), ids=end[order, 1].astype(np.int32), eoff=eoff,
                     parent=np.asarray(parent, dtype=np.int32))
-        got.runs.extend(_run(got, k) for k in RUN_CLASSES)
         if len(_TRIES) >= 8:
             _TRIES.pop(next(iter(_TRIES)))
         _TRIES[vocab.fingerprint] = got
@@ -254,6 +253,38 @@ def _run(trie: "_Trie", char_class: str) -> _Run:
     exits = np.flatnonzero((node_k < 0) & (node_k[trie.parent] >= 0)).astype(np.int32)
     return _Run(trans, edges, np.asarray(tree, dtype=np.int64).reshape(-1, 3), ids[order], k[order],
                 exits, node_k[trie.parent[exits]])
+
+
+def _run_for(trie: _Trie, char_class: str) -> _Run:
+    with _TRIE_LOCK:
+        got = trie.runs.get(char_class)
+    if got is None:
+        got = _run(trie, char_class)
+        with _TRIE_LOCK:
+            if len(trie.runs) >= 256:
+                trie.runs.pop(next(iter(trie.runs)))
+            trie.runs[char_class] = got
+    return got
+
+
+def _run_classes(trans: np.ndarray) -> list[tuple[np.ndarray, list[str]]]:
+    """States that loop on many ASCII bytes, grouped by those bytes, with the character classes
+    to try for them: the bytes plus every non-ASCII character (free text, JSON strings, raw
+    strings), then the bytes alone (patterns such as ``[a-z0-9_]*``)."""
+    n = trans.shape[0] - 1
+    loops = trans[:n, :128] == np.arange(n)[:, None]
+    wide = np.flatnonzero(loops.sum(axis=1) >= MIN_RUN_BYTES)
+    if not len(wide):
+        return []
+    keys, inverse = np.unique(np.packbits(loops[wide], axis=1), axis=0, return_inverse=True)
+    out = []
+    for g in range(len(keys)):
+        inside = np.flatnonzero(np.unpackbits(keys[g])[:128])
+        outside = np.setdiff1d(np.arange(128), inside)
+        esc = lambda bs: "".join(f"\\x{b:02X}" for b in bs)  # noqa: E731
+        out.append((wide[inverse.reshape(-1) == g],
+                    [f"[^{esc(outside)}\\x{{E000}}-\\x{{EFFF}}]", f"[{esc(inside)}]"]))
+    return out
 
 
 def _run_states(trans: np.ndarray, run: _Run, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -321,15 +352,16 @@ def _token_edges(trans: np.ndarray, trie: _Trie, extra: tuple[tuple[bytes, int],
     n = trans.shape[0] - 1
     blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     starts = [(np.arange(n, dtype=np.int32), np.zeros(n, dtype=np.int32), np.arange(n, dtype=np.int32))]
-    free = np.flatnonzero(trans[:n, ord("a")] == np.arange(n))
-    for run in trie.runs:
-        states, m = _run_states(trans, run, free)
-        free = np.setdiff1d(free, states)
-        for s, row in zip(states.tolist(), m):
-            blocks[s] = (run.ids, row[run.k])
-            cur = trans[row[run.exit_k], trie.byte[run.exits]]
-            alive = cur != n
-            starts.append((np.full(int(alive.sum()), s, dtype=np.int32), run.exits[alive], cur[alive]))
+    for group, classes in _run_classes(trans):
+        for char_class in classes:
+            run = _run_for(trie, char_class)
+            states, m = _run_states(trans, run, group)
+            group = np.setdiff1d(group, states)
+            for s, row in zip(states.tolist(), m):
+                blocks[s] = (run.ids, row[run.k])
+                cur = trans[row[run.exit_k], trie.byte[run.exits]]
+                alive = cur != n
+                starts.append((np.full(int(alive.sum()), s, dtype=np.int32), run.exits[alive], cur[alive]))
     if blocks:
         walked = np.ones(n, dtype=bool)
         walked[list(blocks)] = False

@@ -11,8 +11,6 @@ from pathlib import Path
 
 from .errors import ToolgateError
 
-DEFAULT_TOKENIZER = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "qwen3"
-
 
 def _read_json(path: str, what: str):
     try:
@@ -27,7 +25,10 @@ def _tools(args):
     if not args.tools:
         return None
     tools = _read_json(args.tools, "tools")
-    return tools.get("tools", tools) if isinstance(tools, dict) else tools
+    tools = tools.get("tools", tools) if isinstance(tools, dict) else tools
+    if not isinstance(tools, list):
+        raise ToolgateError(f"the tools file {args.tools} must hold a list of tool definitions")
+    return tools
 
 
 def _tool_choice(value: str):
@@ -39,24 +40,22 @@ def _tool_choice(value: str):
 def _model(args):
     import mlx_lm
 
-    from .models import write_random_model
+    from .default_model import load_default_model
 
-    if args.model:
+    if not args.model:
+        return load_default_model()
+    try:
         return mlx_lm.load(args.model)
-    tokenizer_dir = Path(args.tokenizer)
-    if not tokenizer_dir.exists():
-        raise ToolgateError(f"no --model given and tokenizer folder {tokenizer_dir} is absent")
-    folder = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mlx-toolgate" / "random-qwen3"
-    if not (folder / "model.safetensors").exists():
-        print(f"building a random-weight Qwen3-shaped model in {folder} ...", file=sys.stderr)
-        write_random_model(tokenizer_dir, folder, vocab_size=151936)
-    return mlx_lm.load(str(folder))
+    except Exception as e:  # a missing folder, no network for a Hub id, an unknown architecture
+        raise ToolgateError(f"cannot load the model {args.model}: {e}") from None
 
 
 def _tokenizer(args):
     from transformers import AutoTokenizer
 
-    source = args.model or args.tokenizer
+    from .default_model import build_default_model
+
+    source = args.model or args.tokenizer or str(build_default_model())
     try:
         return AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError) as e:
@@ -69,8 +68,16 @@ def cmd_run(args) -> int:
 
     from .generate import generate, stream_generate
 
+    from .default_model import DEMO_TOOLS
+
+    if args.max_tokens < 1:
+        raise ToolgateError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     schema = _read_json(args.schema, "schema") if args.schema else None
     tools = _tools(args)
+    if tools is None and schema is None and not args.model:
+        tools = DEMO_TOOLS
+        print("toolgate: no --tools or --schema: offering the default model's demo tools ("
+              + ", ".join(t["function"]["name"] for t in tools) + ")", file=sys.stderr)
     model, tokenizer = _model(args)
     mx.random.seed(args.seed)
     options = dict(response_format=schema, tools=tools, tool_choice=_tool_choice(args.tool_choice),
@@ -111,7 +118,7 @@ def cmd_formats(args) -> int:
         found = {t: vocab.special.get(t) for t in texts}
         rows.append({"format": name, "usable": all(i is not None for i in found.values()),
                      "special_tokens": found, "resolved": name == resolved})
-    print(json.dumps({"tokenizer": args.model or args.tokenizer, "resolves_to": resolved, "formats": rows},
+    print(json.dumps({"tokenizer": args.model or args.tokenizer or "embedded default", "resolves_to": resolved, "formats": rows},
                      ensure_ascii=False, indent=2))
     return 0
 
@@ -143,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="generate under a JSON schema or with tools")
     run.add_argument("prompt")
-    run.add_argument("--model", help="mlx-lm model path or id (default: a local random-weight Qwen3-shaped model)")
-    run.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tokenizer folder for the random model")
+    run.add_argument("--model", help="mlx-lm model path or Hub id (default: the embedded model, built on first use)")
     run.add_argument("--schema", help="JSON schema file for the output")
     run.add_argument("--tools", help="JSON file: a list of OpenAI tool definitions (or {\"tools\": [...]})")
     run.add_argument("--tool-choice", default="auto", help="auto, required, none or a tool's name")
@@ -159,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                            ("check", "compile each tool and report its size, shortest call and unenforced keywords")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--model", help="model path or id whose tokenizer to use")
-        p.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tokenizer folder (default: Qwen3's)")
+        p.add_argument("--tokenizer", help="tokenizer folder (default: the embedded model's)")
         if name == "check":
             p.add_argument("--tools", required=True, help="JSON file of OpenAI tool definitions")
             p.add_argument("--format", help="tool-call format (default: detected)")

@@ -96,7 +96,7 @@ def _run(model: Any, tokenizer: Any, grammar: Any, ids: list[int], max_tokens: i
             return
         out.append(response.token)
         yield response
-        if proc is not None and proc.complete:
+        if proc is not None and proc.complete_at(len(out)):
             flags["ended"] = True  # e.g. Harmony's <|call|>: nothing but the end can follow
             return
 
@@ -174,9 +174,10 @@ def stream_generate(
     sampler: Any = None,
     **kwargs: Any,
 ) -> Iterator[dict]:
-    """``generate``, streamed as OpenAI-style deltas: ``{"reasoning_content": s}``,
-    ``{"content": s}``, ``{"tool_calls": [call]}`` (a call is sent once it is closed), and last
-    ``{"finish_reason": ..., "usage": ..., "result": Result}``."""
+    """``generate``, streamed as OpenAI-style deltas: ``{"reasoning_content": s}``, ``{"content": s}``,
+    for each call a header ``{"tool_calls": [{"index", "id", "type", "function": {"name", "arguments": ""}}]}``
+    then argument fragments ``{"tool_calls": [{"index", "function": {"arguments": s}}]}``, and last
+    ``{"finish_reason": ..., "usage": ..., "result": Result}``. ``accumulate_deltas`` puts them together."""
     grammar, ids = _setup(tokenizer, prompt, response_format, tools, tool_choice, parallel_tool_calls, format, thinking)
     out: list[int] = []
     flags: dict = {}
@@ -188,3 +189,50 @@ def stream_generate(
             yield {"content": response.text}
     result = _result(tokenizer, grammar, ids, out, flags, max_tokens)
     yield {"finish_reason": result.finish_reason, "usage": result.usage, "result": result}
+
+
+_REQUEST_KEYS = {"prompt", "response_format", "tools", "tool_choice", "parallel_tool_calls", "format", "thinking",
+                 "max_tokens", "sampler"}
+
+
+def batch_generate(model: Any, tokenizer: Any, requests: list[dict], *, max_tokens: int = 256,
+                   sampler: Any = None, **kwargs: Any) -> list[Result]:
+    """Several requests in one mlx-lm ``BatchGenerator``, each under its own constraint.
+
+    Each request is a dict with ``prompt`` and any of ``generate``'s options (response_format,
+    tools, tool_choice, parallel_tool_calls, format, thinking, max_tokens, sampler). Every
+    sequence gets its own processor and its own end tokens; nothing is shared between them.
+    Other keyword arguments go to ``BatchGenerator``.
+    """
+    from mlx_lm.generate import BatchGenerator, StopSequences
+
+    setups = []
+    for i, request in enumerate(requests):
+        unknown = set(request) - _REQUEST_KEYS
+        if unknown or "prompt" not in request:
+            raise ValueError(f"request {i}: needs 'prompt'; unknown keys {sorted(unknown)}")
+        grammar, ids = _setup(tokenizer, request["prompt"], request.get("response_format"), request.get("tools"),
+                              request.get("tool_choice", "auto"), request.get("parallel_tool_calls", True),
+                              request.get("format"), request.get("thinking"))
+        budget = request.get("max_tokens", max_tokens)
+        processor = grammar.processor(budget) if grammar is not None else None
+        eos = grammar.vocab.eos_ids if grammar is not None else sorted(tokenizer.eos_token_ids)
+        setups.append((grammar, ids, budget, processor, eos))
+    gen = BatchGenerator(model, sampler=sampler, **kwargs)
+    try:
+        uids = gen.insert([ids for _, ids, _, _, _ in setups], max_tokens=[b for _, _, b, _, _ in setups],
+                          samplers=[r.get("sampler") for r in requests],
+                          logits_processors=[[p] if p is not None else [] for _, _, _, p, _ in setups],
+                          stop_sequences=[StopSequences([[t] for t in eos]) for *_, eos in setups])
+        outs: dict[int, list[int]] = {uid: [] for uid in uids}
+        flags: dict[int, dict] = {uid: {} for uid in uids}
+        while responses := gen.next_generated():
+            for r in responses:
+                if r.finish_reason == "stop":
+                    flags[r.uid] = {"ended": True, "eos": True}
+                else:
+                    outs[r.uid].append(r.token)
+    finally:
+        gen.close()
+    return [_result(tokenizer, g, ids, outs[uid], flags[uid], budget)
+            for uid, (g, ids, budget, _, _) in zip(uids, setups)]

@@ -42,6 +42,11 @@ class Parser:
         self.to_text = {ch: text for text, ch in by_text.items()}
         self.calls = [regex.compile(py_regex(self._call_regex(ti, True)), regex.DOTALL)
                       for ti in range(len(grammar.tools))]
+        # for streaming: each call's text up to its arguments, and the JSON arguments alone
+        self.heads = [regex.compile(py_regex(self._call_regex(ti, True, head=True)), regex.DOTALL)
+                      for ti in range(len(grammar.tools))]
+        self.arguments = [regex.compile(py_regex(h["ARGUMENTS"]), regex.DOTALL) if "ARGUMENTS" in h else None
+                          for h in grammar._holes]
         any_call = "(?:" + "|".join(f"(?:{self._call_regex(ti, False)})" for ti in range(len(grammar.tools))) + ")"
         self.any_call = regex.compile(py_regex(any_call), regex.DOTALL)
 
@@ -61,7 +66,8 @@ class Parser:
         reasoning = fmt.rules.get("reasoning")
         self.reasoning_closer = self._closer(reasoning) if reasoning is not None else ""
 
-    def _call_regex(self, ti: int, groups: bool) -> str:
+    def _call_regex(self, ti: int, groups: bool, head: bool = False) -> str:
+        """Tool ``ti``'s call; ``head``: only what comes before its arguments."""
         tool, holes = self.g.tools[ti], self.g._holes[ti]
 
         def fill(n):
@@ -71,7 +77,10 @@ class Parser:
             inner = {"TOOL_NAME": regex.escape(tool.name), "CALL_INDEX": "[0-9]+"}.get(n[1]) or holes[n[1]]
             return f"(?P<{n[1]}>{inner})" if groups else inner
 
-        return "".join(render(self.fmt, ("seq", p.items), fill) for p in self.g._specs[ti])
+        items = [it for p in self.g._specs[ti] for it in p.items]
+        if head:
+            items = items[:next(k for k, it in enumerate(items) if it in (("hole", "ARGUMENTS"), ("hole", "PARAMETERS")))]
+        return render(self.fmt, ("seq", items), fill)
 
     def _parameter_regex(self, key: str, value: str) -> str:
         def fill(n):
@@ -147,13 +156,13 @@ class Parser:
             else:
                 text_args = self._parameters(ti, gd.get("PARAMETERS") or "")
             errors += schema_errors(tool.name, tool.parameters, json.loads(text_args))
-            call_id = (f"functions.{tool.name}:{gd['CALL_INDEX']}" if gd.get("CALL_INDEX") is not None
-                       else f"call_{uuid.uuid4().hex[:24]}")
-            return {"id": call_id, "type": "function", "function": {"name": tool.name, "arguments": text_args}}
+            return {"id": call_id(tool.name, gd), "type": "function",
+                    "function": {"name": tool.name, "arguments": text_args}}
         raise GenerationError(f"not a call to an offered tool: {self.plain(text)[:300]!r}")
 
-    def _parameters(self, ti: int, text: str) -> str:
-        """XML parameters as JSON object text: raw strings quoted, other values as written."""
+    def _parameters(self, ti: int, text: str, partial: bool = False) -> str:
+        """XML parameters as JSON object text: raw strings quoted, other values as written.
+        ``partial``: the parameters complete so far, without the closing brace."""
         out, pos = {}, 0
         while pos < len(text):
             for key, (pattern, raw) in self.params[ti].items():
@@ -164,8 +173,39 @@ class Parser:
                     pos = m.end()
                     break
             else:
+                if partial:
+                    break
                 raise GenerationError(f"cannot read the parameters at {self.plain(text[pos:])[:200]!r}")
-        return "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {v}" for k, v in out.items()) + "}"
+        body = ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {v}" for k, v in out.items())
+        if partial:
+            return "{" + body if body else ""
+        return "{" + body + "}"
+
+    def open_call(self, text: str) -> tuple[int, dict, str] | None:
+        """An unfinished call at the start of ``text``: (tool index, head groups, arguments so far),
+        once its tool is certain; None before that."""
+        found = [(ti, m) for ti, pattern in enumerate(self.calls)
+                 if (m := pattern.fullmatch(text, partial=True)) is not None]
+        if len(found) != 1:
+            return None
+        ti, m = found[0]
+        if m.span("TOOL_NAME") == (-1, -1) or m.end("TOOL_NAME") >= len(text):
+            return None  # a longer name may still follow
+        head = self.heads[ti].match(text)
+        if head is None:
+            return ti, m.groupdict(), ""
+        rest = text[head.end():]
+        if self.arguments[ti] is None:
+            return ti, head.groupdict(), self._parameters(ti, rest, partial=True)
+        am = self.arguments[ti].match(rest, partial=True)
+        return ti, head.groupdict(), rest[:am.end()] if am is not None else ""
+
+
+def call_id(name: str, groups: dict) -> str:
+    """Kimi-K2 numbers its calls in the text; other formats get a fresh OpenAI-style id."""
+    if groups.get("CALL_INDEX") is not None:
+        return f"functions.{name}:{groups['CALL_INDEX']}"
+    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 def _clean(text: str | None) -> str | None:
@@ -180,14 +220,17 @@ def schema_errors(name: str, schema: dict, arguments: Any) -> list[str]:
 
 class StreamParser:
     """Feed token ids as they come; ``feed`` returns OpenAI-style deltas: ``{"reasoning_content": s}``,
-    ``{"content": s}``, ``{"tool_calls": [{"index", "id", "type", "function"}]}`` (a call is sent
-    whole once it is closed). Concatenated, the deltas equal ``parse`` of the whole output."""
+    ``{"content": s}`` and ``{"tool_calls": [...]}``. A call opens with
+    ``{"index", "id", "type", "function": {"name", "arguments": ""}}`` once its tool is certain,
+    then sends ``{"index", "function": {"arguments": fragment}}`` as its arguments grow.
+    Concatenated (see ``accumulate``), the deltas equal ``parse`` of the whole output."""
 
     def __init__(self, parser: Parser) -> None:
         self.p = parser
         self.ids: list[int] = []
         self.sent = {"reasoning": 0, "content": 0}
-        self.calls = 0
+        self.calls: list[dict] = []  # per opened call: id, name, arguments sent so far
+        self.closed = 0
 
     def feed(self, token_ids: list[int]) -> list[dict]:
         self.ids += list(token_ids)
@@ -213,12 +256,39 @@ class StreamParser:
         if content is not None and self.p.calls_region.fullmatch(content.lstrip(), partial=True) is None:
             deltas += self._grow("content", "content", content)
         start = self._calls_start(m, len(text))
-        if start is not None:
-            for cm in list(self.p.any_call.finditer(text, start))[self.calls:]:
+        if start is None:
+            return deltas
+        pos = start
+        for k, cm in enumerate(self.p.any_call.finditer(text, start)):
+            pos = cm.end()
+            if k >= self.closed:
                 call = self.p.call(cm.group(), [])
-                deltas.append({"tool_calls": [{"index": self.calls, **call}]})
-                self.calls += 1
+                deltas += self._send(k, call["id"], call["function"]["name"], call["function"]["arguments"])
+                self.closed += 1
+        pm = self.p.any_call.search(text, pos, partial=True)
+        if pm is not None and pm.partial:
+            found = self.p.open_call(text[pm.start():])
+            if found is not None:
+                ti, groups, arguments = found
+                name = self.p.g.tools[ti].name
+                deltas += self._send(self.closed, call_id(name, groups), name, arguments)
         return deltas
+
+    def _send(self, index: int, cid: str, name: str, arguments: str) -> list[dict]:
+        """The header of call ``index`` (once) and whatever its arguments grew by."""
+        out = []
+        if index == len(self.calls):
+            self.calls.append({"id": cid, "name": name, "arguments": ""})
+            out.append({"tool_calls": [{"index": index, "id": cid, "type": "function",
+                                        "function": {"name": name, "arguments": ""}}]})
+        sent = self.calls[index]
+        if not arguments.startswith(sent["arguments"]):
+            raise GenerationError(f"call {index}: streamed arguments {sent['arguments']!r} are not a prefix "
+                                  f"of {arguments!r}")
+        if len(arguments) > len(sent["arguments"]):
+            out.append({"tool_calls": [{"index": index, "function": {"arguments": arguments[len(sent["arguments"]):]}}]})
+            sent["arguments"] = arguments
+        return out
 
     @staticmethod
     def _calls_start(m, length: int) -> int | None:
@@ -238,3 +308,18 @@ class StreamParser:
             return []
         self.sent[role] = len(text)
         return [{key: new}]
+
+
+def accumulate_deltas(deltas: list[dict]) -> dict:
+    """Streamed deltas put back together: content, reasoning_content and whole tool calls."""
+    out: dict[str, Any] = {"content": None, "reasoning_content": None, "tool_calls": []}
+    for d in deltas:
+        for key in ("content", "reasoning_content"):
+            if d.get(key):
+                out[key] = (out[key] or "") + d[key]
+        for c in d.get("tool_calls", []):
+            if c["index"] == len(out["tool_calls"]):
+                out["tool_calls"].append({"id": c.get("id"), "type": "function",
+                                          "function": {"name": c["function"].get("name", ""), "arguments": ""}})
+            out["tool_calls"][c["index"]]["function"]["arguments"] += c["function"].get("arguments", "")
+    return out

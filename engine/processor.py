@@ -55,6 +55,11 @@ class LogitsProcessor:
         """True when the output is complete and nothing but end-of-sequence may follow."""
         return self.ended or self.grammar.is_complete(self.state)
 
+    def complete_at(self, n: int) -> bool:
+        """``complete`` for the first ``n`` output tokens (speculative decoding runs ahead of
+        what the caller has accepted)."""
+        return n < len(self.states) and self.grammar.is_complete(self.states[n])
+
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
         width = logits.shape[-1]
         # The newest token is usually still being computed, and reading it below waits for it.

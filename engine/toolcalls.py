@@ -261,12 +261,11 @@ class ToolGrammar:
         self._straddles: dict = {}
         self._masks: dict = {}
         self._preds = None
-        self._bulk = False
         self._lock = threading.RLock()
-        self.outer = None
-        self._build_outer()
+        self.lazy = lazy
         if not lazy:
             self._compile_pieces(workers)
+        self._build_outer()
         self._by_content = _LRU(256 << 20)
         self._eos: dict[int, mx.array] = {}
         self.parser = None
@@ -410,17 +409,12 @@ class ToolGrammar:
     def _compile_pieces(self, workers: int) -> None:
         """Compile every argument piece now (``lazy=False``), two at a time."""
         jobs = [(ti, p) for ti, spec in enumerate(self._specs) for p, pc in enumerate(spec) if not pc.literal]
-        self._bulk = True  # one refresh at the end, not one per tool
-        try:
-            if workers > 1 and len(jobs) > 1:
-                with ThreadPoolExecutor(workers) as ex:
-                    list(ex.map(lambda job: self.piece(job[0], job[1], 0), jobs))
-            else:
-                for ti, p in jobs:
-                    self.piece(ti, p, 0)
-        finally:
-            self._bulk = False
-        self._refresh()
+        if workers > 1 and len(jobs) > 1:
+            with ThreadPoolExecutor(workers) as ex:
+                list(ex.map(lambda job: self.piece(job[0], job[1], 0), jobs))
+        else:
+            for ti, p in jobs:
+                self.piece(ti, p, 0)
 
     def piece(self, ti: int, p: int, k: int) -> Automaton:
         """Tool ``ti``'s piece ``p`` in call number ``k``; argument pieces compile on first use."""
@@ -435,16 +429,16 @@ class ToolGrammar:
                 a = compile_regex(spec.text, self.vocab)
                 with self._lock:
                     self._pieces[key] = a
-                    if not self._bulk:
-                        self._refresh()
         return a
 
     def _min(self, ti: int, q: int, k: int) -> int:
+        """Piece ``q``'s fewest tokens as counted from outside it. Lazily compiled grammars always
+        count an argument piece by its bound, compiled or not, so what a request may do never
+        depends on which tools earlier requests happened to call."""
         spec = self._specs[ti][q]
         if spec.literal:
             return self.piece(ti, q, k).min_tokens
-        a = self._pieces.get((ti, q, 0))
-        return spec.bound if a is None else a.min_tokens
+        return spec.bound if self.lazy else self.piece(ti, q, 0).min_tokens
 
     def rest(self, ti: int, p: int, k: int) -> int:
         """Fewest tokens of the pieces after ``p`` of tool ``ti``'s call number ``k``."""
@@ -514,13 +508,8 @@ class ToolGrammar:
         self._refresh()
 
     def _refresh(self) -> None:
-        """(Re)compute the outer distances: at build, and when an argument piece gets compiled
-        (its exact fewest tokens replace the bound, so calls may open with fewer tokens left)."""
-        if self.outer is None:
-            return
+        """Compute the outer distances (a call counts its tools' fewest tokens)."""
         a, n = self.outer, self.outer.num_states
-        self._rest.clear()
-        self._masks.clear()
         self.macro_weight = min((self.call_min(ti) for ti in range(len(self.tools))), default=UNREACHABLE)
         plain = self._weighted(a, self.macro_weight)
         no_call = self._weighted(a, UNREACHABLE)
@@ -801,7 +790,9 @@ def compile_tools(
     arguments when a required call has to cut thinking short. Per-tool pieces are cached apart,
     so a changed tool list compiles only the tools that changed. With ``lazy`` (the default) a
     tool's argument automaton is compiled when the model first calls that tool (a disk-cache hit
-    after the first time); ``lazy=False`` compiles every tool now.
+    after the first time), and until a call is inside its arguments they are counted by a bound
+    (their shortest text in bytes), so budgets are a little conservative; ``lazy=False``
+    compiles every tool now and counts exact token distances.
     """
     base = build_vocab(tokenizer)
     try:

@@ -82,7 +82,7 @@ def test_generate_with_tools_on_a_random_model(family, tmp_path_factory):
 
 def test_stream_generate_reassembles_to_generate(tmp_path_factory):
     """Same seed, same request: the streamed deltas add up to exactly the non-streamed result."""
-    from engine import stream_generate
+    from engine import accumulate_deltas, stream_generate
 
     model, tok = model_for("hermes", tmp_path_factory)
     tools = offered_tools()
@@ -98,7 +98,6 @@ def test_stream_generate_reassembles_to_generate(tmp_path_factory):
                                       logits_processors=[eager(g)] if choice == "auto" else None, **kwargs))
         assert deltas[-1]["finish_reason"] == whole.finish_reason
         assert deltas[-1]["result"].token_ids == whole.token_ids
-        assert ("".join(d.get("content", "") for d in deltas) or None) == whole.content
-        assert ("".join(d.get("reasoning_content", "") for d in deltas) or None) == whole.reasoning
-        streamed = [c["function"] for d in deltas for c in d.get("tool_calls", [])]
-        assert streamed == [c["function"] for c in whole.tool_calls]
+        got = accumulate_deltas(deltas)
+        assert got["content"] == whole.content and got["reasoning_content"] == whole.reasoning
+        assert [c["function"] for c in got["tool_calls"]] == [c["function"] for c in whole.tool_calls]
