@@ -475,7 +475,7 @@ def _child_build(regex: str, vocab: Vocab, key: str, path: str, conn) -> None:
         _save(Path(path), _build(regex, vocab, key))
         conn.send(None)
     except BaseException as e:  # report, never hang the parent
-        conn.send(f"{type(e).__name__}: {e}")
+        conn.send(str(e) if isinstance(e, CompileError) else f"{type(e).__name__}: {e}")
 
 
 def _build_bounded(regex: str, vocab: Vocab, key: str, timeout: float) -> Automaton:
