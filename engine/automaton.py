@@ -391,6 +391,7 @@ def _token_edges(trans: np.ndarray, trie: _Trie, extra: tuple[tuple[bytes, int],
 
 def _build(regex: str, vocab: Vocab, key: str, macro: tuple[str, int] | None = None,
            max_edges: int = DEFAULT_MAX_EDGES) -> Automaton:
+    """The token automaton of ``regex`` over ``vocab``, pruned to the useful states."""
     trans, final = _byte_dfa(regex)
     n = len(final)
     extra = ((macro[0].encode(), macro[1]),) if macro else ()

@@ -188,6 +188,9 @@ def stream_generate(
         elif response.text:
             yield {"content": response.text}
     result = _result(tokenizer, grammar, ids, out, flags, max_tokens)
+    if stream is not None:  # the ids the client already received
+        for call, sent in zip(result.tool_calls, stream.calls):
+            call["id"] = sent["id"]
     yield {"finish_reason": result.finish_reason, "usage": result.usage, "result": result}
 
 

@@ -101,3 +101,4 @@ def test_stream_generate_reassembles_to_generate(tmp_path_factory):
         got = accumulate_deltas(deltas)
         assert got["content"] == whole.content and got["reasoning_content"] == whole.reasoning
         assert [c["function"] for c in got["tool_calls"]] == [c["function"] for c in whole.tool_calls]
+        assert [c["id"] for c in got["tool_calls"]] == [c["id"] for c in deltas[-1]["result"].tool_calls]
