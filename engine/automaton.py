@@ -281,10 +281,13 @@ def _run_classes(trans: np.ndarray) -> list[tuple[np.ndarray, list[str]]]:
     for g in range(len(keys)):
         inside = np.flatnonzero(np.unpackbits(keys[g])[:128])
         outside = np.setdiff1d(np.arange(128), inside)
-        esc = lambda bs: "".join(f"\\x{b:02X}" for b in bs)  # noqa: E731
         out.append((wide[inverse.reshape(-1) == g],
-                    [f"[^{esc(outside)}\\x{{E000}}-\\x{{EFFF}}]", f"[{esc(inside)}]"]))
+                    [f"[^{_hex(outside)}\\x{{E000}}-\\x{{EFFF}}]", f"[{_hex(inside)}]"]))
     return out
+
+
+def _hex(byte_values: np.ndarray) -> str:
+    return "".join(f"\\x{b:02X}" for b in byte_values)
 
 
 def _run_states(trans: np.ndarray, run: _Run, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -397,9 +400,9 @@ def _build(regex: str, vocab: Vocab, key: str, macro: tuple[str, int] | None = N
     extra = ((macro[0].encode(), macro[1]),) if macro else ()
     src, tok, dst, blocks = _token_edges(trans, _trie(vocab), extra, max_edges)
     # keep the states the initial one reaches by tokens and that can still reach acceptance
-    block_src = [np.full(len(np.unique(t)), s) for s, (_, t) in blocks.items()]
-    block_dst = [np.unique(t) for _, t in blocks.values()]
-    gs, gd = _state_graph(np.concatenate([src, *block_src]), np.concatenate([dst, *block_dst]), n)
+    block_dst = {s: np.unique(t) for s, (_, t) in blocks.items()}
+    block_src = [np.full(len(t), s) for s, t in block_dst.items()]
+    gs, gd = _state_graph(np.concatenate([src, *block_src]), np.concatenate([dst, *block_dst.values()]), n)
     to_end = _bfs(gd, gs, np.flatnonzero(final), n)
     alive = (_bfs(gs, gd, np.array([0]), n) < UNREACHABLE) & (to_end < UNREACHABLE)
     if not alive[0]:

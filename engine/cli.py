@@ -65,9 +65,8 @@ def cmd_run(args) -> int:
     import mlx.core as mx
     from mlx_lm.sample_utils import make_sampler
 
-    from .generate import generate, stream_generate
-
     from .default_model import DEMO_TOOLS
+    from .generate import generate, stream_generate
 
     if args.max_tokens < 1:
         raise ToolgateError(f"--max-tokens must be at least 1, got {args.max_tokens}")
