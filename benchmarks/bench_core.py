@@ -4,7 +4,7 @@
     python benchmarks/bench_core.py              # more schemas and runs
 
 Everything is measured side by side in one run; figures are printed and written to
-benchmarks/RESULTS.md together with the command line.
+benchmarks/RESULTS_CORE.md together with the command line.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def compile_times(tok, per_subset, timeout):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS.md"))
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS_CORE.md"))
     args = ap.parse_args()
     runs, max_tokens, per_subset, timeout = (5, 128, 3, 30.0) if args.quick else (10, 200, 10, 30.0)
     os.environ["TOOLGATE_CACHE_DIR"] = tempfile.mkdtemp(prefix="toolgate-bench-")

@@ -186,7 +186,7 @@ class _Translator:
         self.o = options
         self.ws = options.whitespace
         self.unenforced: list[tuple[str, str]] = []
-        self.ref_depth = 0
+        self.expanding: list[str] = []  # $refs being expanded, outermost first
 
     def skip(self, pointer: str, keyword: str, why: str) -> None:
         if self.o.strict:
@@ -252,13 +252,14 @@ class _Translator:
         siblings = {k: v for k, v in s.items() if k != "$ref" and k not in ANNOTATIONS}
         if siblings:
             target = {"allOf": [target, siblings]}
-        if self.ref_depth >= self.o.max_depth:
+        # only recursion is cut: a chain of distinct $refs is finite and expands in full
+        if self.expanding.count(ref) >= self.o.max_depth:
             raise _TooDeep()
-        self.ref_depth += 1
+        self.expanding.append(ref)
         try:
             return self.value(target, ref)
         finally:
-            self.ref_depth -= 1
+            self.expanding.pop()
 
     def merge_all_of(self, s: dict, p: str) -> dict:
         subs = s["allOf"]

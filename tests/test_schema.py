@@ -124,3 +124,13 @@ def test_translations_accept_and_reject(schema, good, bad):
         jsonschema.validate(json.loads(text), schema)
     for text in bad:
         assert not rx.fullmatch(text), (text, schema)
+
+
+def test_a_chain_of_distinct_refs_expands_in_full():
+    """Only recursion is cut at max_depth; five nested distinct definitions keep their innermost value
+    (Kubernetes schemas nest this way, and cutting them rejected valid objects)."""
+    defs = {f"d{i}": {"type": "object", "properties": {"next": {"$ref": f"#/$defs/d{i + 1}"}}} for i in range(5)}
+    defs["d5"] = {"type": "integer"}
+    rx = py_regex(schema_to_regex({"$ref": "#/$defs/d0", "$defs": defs}).regex)
+    assert rx.fullmatch('{"next":' * 5 + "7" + "}" * 5)
+    assert not rx.fullmatch('{"next":' * 5 + '"x"' + "}" * 5)
