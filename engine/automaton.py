@@ -16,8 +16,11 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
+import resource
+import sys
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +38,38 @@ DEFAULT_MEMORY_BYTES = 1 << 30
 DEFAULT_MASK_BYTES = 512 << 20
 MAX_REGEX_CHARS = 2_000_000
 END = chr(PUA_BASE + PUA_LIMIT - 2)  # U+EFFE: ends every compiled regex; no token spells it
+START = chr(PUA_BASE + PUA_LIMIT - 3)  # U+EFFD: starts every compiled regex (see _byte_dfa)
 DEFAULT_MAX_EDGES = 64_000_000  # token transitions per automaton (about 12 bytes each while building)
+DEFAULT_DISK_BYTES = 4 << 30
+DEFAULT_TIMEOUT = 60.0  # seconds one automaton build may take
+DEFAULT_BUILD_MEMORY = 8 << 30  # bytes one build may add to its process
 MIN_RUN_BYTES = 16  # a state looping on fewer ASCII bytes is walked token by token
+
+
+def disk_limit() -> int:
+    """Bytes the disk cache may hold (``TOOLGATE_CACHE_BYTES``); least recently used files go first."""
+    value = os.environ.get("TOOLGATE_CACHE_BYTES")
+    return int(value) if value else DEFAULT_DISK_BYTES
+
+
+def _prune(folder: Path, keep: Path) -> None:
+    files = []
+    for f in folder.iterdir():
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        if f.suffix == ".tmp" and st.st_mtime < time.time() - 3600:  # left by a killed writer
+            f.unlink(missing_ok=True)
+        elif f.suffix == ".npz":
+            files.append((st.st_mtime, st.st_size, f))
+    total, limit = sum(size for _, size, _ in files), disk_limit()
+    for _, size, f in sorted(files):
+        if total <= limit:
+            break
+        if f != keep:
+            f.unlink(missing_ok=True)
+            total -= size
 
 
 def cache_dir() -> Path | None:
@@ -309,17 +342,23 @@ def _byte_dfa(regex: str) -> tuple[np.ndarray, np.ndarray]:
     that it leaves out a step from a matching position into a non-matching one (a multi-byte
     character after a complete match, say). Compiling ``(?:regex)`` followed by END, a symbol no
     token can spell, means no position before END matches, so no step is left out; a state is
-    final when END leads from it to acceptance.
+    final when END leads from it to acceptance. START, another symbol no token spells, goes in
+    front: outlines-core also builds the unanchored DFA, where any byte may begin a match, and for
+    a regex whose first character recurs inside it (a JSON string's quote, escaped within) that
+    DFA grows exponentially with repetition counts (``{0,20}`` took minutes). A match can only
+    begin at START, so the unanchored part stays as small as the anchored one.
     """
     global _BYTE_VOCAB
     if _BYTE_VOCAB is None:
         _BYTE_VOCAB = Vocabulary(256, {bytes([b]): [b] for b in range(256)})
     try:
-        index = Index(f"(?:{regex}){END}", _BYTE_VOCAB)
+        index = Index(f"{START}(?:{regex}){END}", _BYTE_VOCAB)
     except Exception as e:  # outlines-core raises plain ValueError/RuntimeError on regex trouble
         raise CompileError(f"cannot build an automaton for this regex: {e}") from None
     table = index.get_transitions()
     init = index.get_initial_state()
+    for b in START.encode():
+        init = table[init][b]
     order = [init] + sorted(s for s in table if s != init)
     dense = {s: i for i, s in enumerate(order)}
     n = len(order)
@@ -474,41 +513,100 @@ def _load(path: Path, key: str) -> Automaton | None:
     return a if ok else None
 
 
-def _child_build(regex: str, vocab: Vocab, key: str, path: str, conn) -> None:
+def _serve(conn, vocab: Vocab, max_memory: int) -> None:
+    """A builder process: build each requested automaton and send its arrays back."""
+    global _TRIE_LOCK, _KEY_LOCKS_GUARD
+    _TRIE_LOCK, _KEY_LOCKS_GUARD = threading.Lock(), threading.Lock()  # another thread may have held them at the fork
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # a build that runs out of memory aborts; the pipe tells why
     try:
-        _save(Path(path), _build(regex, vocab, key))
-        conn.send(None)
-    except BaseException as e:  # report, never hang the parent
-        conn.send(str(e) if isinstance(e, CompileError) else f"{type(e).__name__}: {e}")
-
-
-def _build_bounded(regex: str, vocab: Vocab, key: str, timeout: float) -> Automaton:
-    """Build in a forked child so a runaway compile can be killed without harming this process."""
-    _trie(vocab)  # built here once, so every forked child inherits it
-    ctx = multiprocessing.get_context("fork")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "a.npz")
-        parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child_build, args=(regex, vocab, key, path, child), daemon=True)
-        proc.start()
-        child.close()
+        used = int(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmSize"))) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (used + max_memory, used + max_memory))
+    except (OSError, ValueError, StopIteration):
+        pass  # no /proc or no rlimit (macOS): the transition bound still caps what a build holds
+    while True:
         try:
-            if not parent.poll(timeout):
+            regex, key, macro, max_edges = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            a = _build(regex, vocab, key, macro, max_edges)
+            reply = ("ok", (a.offsets, a.tokens, a.targets, a.final, a.dist))
+        except MemoryError:
+            reply = ("error", f"compiling needed more than the {max_memory >> 20} MiB memory bound")
+        except CompileError as e:
+            reply = ("error", str(e))
+        except Exception as e:  # report, never leave the parent waiting
+            reply = ("error", f"{type(e).__name__}: {e}")
+        try:
+            conn.send(reply)
+        except MemoryError:
+            conn.send(("error", f"the automaton is too large to send back ({max_memory >> 20} MiB bound)"))
+
+
+class _Builder:
+    """A forked process that builds automata for one vocabulary. A build that overruns its time
+    is stopped by killing the process, which leaves this one untouched; the next build forks anew."""
+
+    def __init__(self, vocab: Vocab, max_memory: int) -> None:
+        # fork shares the vocabulary's trie at no cost; elsewhere a fork after MLX has started is not
+        # safe (macOS frameworks), so the child is spawned and builds the trie once for itself
+        ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+        if ctx.get_start_method() == "fork":
+            _trie(vocab)
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child, vocab, max_memory), daemon=True)
+        self.proc.start()
+        child.close()
+
+    def build(self, regex: str, key: str, macro, max_edges: int, timeout: float) -> Automaton:
+        try:
+            self.conn.send((regex, key, macro, max_edges))
+            if not self.conn.poll(timeout):
+                self.close()
                 raise CompileError(f"compiling took longer than the {timeout:g} s limit")
-            message = parent.recv()
-        except EOFError:
-            message = "compiler process died"
-        finally:
-            if proc.is_alive():
-                proc.kill()
-            proc.join()
-            parent.close()
-        if message is not None:
-            raise CompileError(message)
-        a = _load(Path(path), key)
-        if a is None:
-            raise CompileError("compiler process produced no automaton")
-        return a
+            kind, value = self.conn.recv()
+        except (EOFError, OSError):
+            self.close()
+            raise CompileError("the compiler process died (memory bound exceeded?)") from None
+        if kind != "ok":
+            raise CompileError(value)
+        return Automaton(*value, key=key)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def close(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join()
+        self.conn.close()
+
+
+_BUILDERS: dict[tuple[str, int], list[_Builder]] = {}  # idle builders per (vocabulary, memory bound)
+_BUILDERS_LOCK = threading.Lock()
+MAX_IDLE_BUILDERS = 2
+
+
+def _build_bounded(regex: str, vocab: Vocab, key: str, macro, max_edges: int, timeout: float,
+                   max_memory: int) -> Automaton:
+    """Build in a builder process, one per concurrent build, so time and memory stay bounded."""
+    slot = (vocab.fingerprint, max_memory)
+    with _BUILDERS_LOCK:
+        idle = _BUILDERS.setdefault(slot, [])
+        builder = idle.pop() if idle else None
+    if builder is None:
+        builder = _Builder(vocab, max_memory)
+    try:
+        return builder.build(regex, key, macro, max_edges, timeout)
+    finally:
+        with _BUILDERS_LOCK:
+            idle = _BUILDERS.setdefault(slot, [])
+            if builder.alive and len(idle) < MAX_IDLE_BUILDERS:
+                idle.append(builder)
+                builder = None
+        if builder is not None and builder.alive:
+            builder.close()
 
 
 class _LRU:
@@ -548,6 +646,7 @@ class _LRU:
 
 
 AUTOMATA = _LRU(DEFAULT_MEMORY_BYTES)
+MASKS = _LRU(DEFAULT_MASK_BYTES)  # additive masks by content, shared by every grammar
 _KEY_LOCKS: dict[str, threading.Lock] = {}
 _KEY_LOCKS_GUARD = threading.Lock()
 
@@ -557,11 +656,15 @@ def automaton_key(regex: str, vocab: Vocab, macro: tuple[str, int] | None = None
     return h.hexdigest()[:32]
 
 
-def compile_regex(regex: str, vocab: Vocab, *, timeout: float | None = None,
+def compile_regex(regex: str, vocab: Vocab, *, timeout: float | None = DEFAULT_TIMEOUT,
+                  max_transitions: int = DEFAULT_MAX_EDGES, max_memory: int = DEFAULT_BUILD_MEMORY,
                   macro: tuple[str, int] | None = None) -> Automaton:
-    """The token automaton for ``regex``: from memory, from disk, or built (bounded by ``timeout`` s).
+    """The token automaton for ``regex``: from memory, from disk, or built.
 
-    ``macro`` (character, id) lets the regex use one extra pseudo-token (see toolcalls).
+    A build runs in a builder process bounded by ``timeout`` seconds and ``max_memory`` bytes
+    (``timeout=None`` builds in this process, bounded only by ``max_transitions``); exceeding a
+    bound raises CompileError. ``macro`` (character, id) lets the regex use one extra
+    pseudo-token (see toolcalls).
     """
     if len(regex) > MAX_REGEX_CHARS:
         raise CompileError(f"regex of {len(regex)} characters exceeds the {MAX_REGEX_CHARS} limit")
@@ -578,11 +681,18 @@ def compile_regex(regex: str, vocab: Vocab, *, timeout: float | None = None,
         folder = cache_dir()
         path = folder / f"{key}.npz" if folder else None
         a = _load(path, key) if path else None
-        if a is None:
-            a = _build(regex, vocab, key, macro) if timeout is None else _build_bounded(regex, vocab, key, timeout)
+        if a is not None:
+            try:
+                os.utime(path)  # recently used: pruned last
+            except OSError:
+                pass
+        else:
+            a = (_build(regex, vocab, key, macro, max_transitions) if timeout is None else
+                 _build_bounded(regex, vocab, key, macro, max_transitions, timeout, max_memory))
             if path:
                 try:
                     _save(path, a)
+                    _prune(path.parent, path)
                 except OSError:
                     pass  # a read-only or full cache folder only costs a rebuild next time
         AUTOMATA.put(key, a, a.nbytes)
@@ -611,13 +721,13 @@ def shared_mask(ids: np.ndarray, width: int, by_content: _LRU) -> tuple[bytes, m
 class MaskTable:
     """Additive float32 masks (0 allowed, -inf banned) per (state, budget cap), deduplicated."""
 
-    def __init__(self, automaton: Automaton, vocab: Vocab, width: int, max_bytes: int = DEFAULT_MASK_BYTES):
+    def __init__(self, automaton: Automaton, vocab: Vocab, width: int):
         self.a = automaton
         self.vocab = vocab
         self.width = width
         self.cap = automaton.max_target_dist
         self.by_key: dict[tuple[int, int], bytes] = {}
-        self.by_content = _LRU(max_bytes)
+        self.by_content = MASKS
         self.lock = threading.Lock()
         eos = [i for i in vocab.eos_ids if i < width]
         self.eos = np.asarray(eos, dtype=np.int64)

@@ -12,14 +12,21 @@ class TokenizerError(ToolgateError):
 
 
 class SchemaError(ToolgateError):
-    """A JSON schema the engine cannot enforce: names the keyword and its JSON pointer."""
+    """A JSON schema (or tool list) the engine cannot enforce: names the tool, the keyword and its
+    JSON pointer, which are also kept as attributes."""
 
-    def __init__(self, message: str, *, pointer: str = "", keyword: str = "") -> None:
+    def __init__(self, message: str, *, pointer: str = "", keyword: str = "", tool: str = "") -> None:
         self.message = message
         self.pointer = pointer or "#"
         self.keyword = keyword
+        self.tool = tool
         where = f" at {self.pointer}" if keyword or pointer else ""
-        super().__init__(f"{message}{where}" if not keyword else f"{keyword!r}{where}: {message}")
+        text = f"{message}{where}" if not keyword else f"{keyword!r}{where}: {message}"
+        super().__init__(f"tool {tool!r}: {text}" if tool else text)
+
+
+class RequestError(ToolgateError):
+    """A request option the engine cannot honour (tool_choice, thinking, format, argument mix)."""
 
 
 class CompileError(ToolgateError):

@@ -8,6 +8,7 @@ from typing import Any, Iterator
 import mlx.core as mx
 from mlx_lm import stream_generate as mlx_stream_generate
 
+from .errors import RequestError
 from .formats import Format, detect_format, load_format
 from .grammar import Grammar, compile_json_schema
 from .toolcalls import ToolGrammar, compile_tools
@@ -62,7 +63,7 @@ def _setup(tokenizer: Any, prompt: Any, response_format: Any, tools: Any, tool_c
            parallel_tool_calls: bool, format: str | None, thinking: Any) -> tuple[Any, list[int]]:
     """The compiled constraint (or None) and the prompt's token ids."""
     if response_format is not None and tools is not None:
-        raise ValueError("pass either response_format or tools, not both")
+        raise RequestError("pass either response_format or tools, not both")
     grammar = None
     if response_format is not None:
         grammar = response_format if isinstance(response_format, Grammar) else compile_json_schema(tokenizer, _schema_of(response_format))
@@ -213,7 +214,7 @@ def batch_generate(model: Any, tokenizer: Any, requests: list[dict], *, max_toke
     for i, request in enumerate(requests):
         unknown = set(request) - _REQUEST_KEYS
         if unknown or "prompt" not in request:
-            raise ValueError(f"request {i}: needs 'prompt'; unknown keys {sorted(unknown)}")
+            raise RequestError(f"request {i}: needs 'prompt'; unknown keys {sorted(unknown)}")
         grammar, ids = _setup(tokenizer, request["prompt"], request.get("response_format"), request.get("tools"),
                               request.get("tool_choice", "auto"), request.get("parallel_tool_calls", True),
                               request.get("format"), request.get("thinking"))

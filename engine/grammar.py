@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
 import mlx.core as mx
 
-from .automaton import Automaton, MaskTable, compile_regex
+from .automaton import DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT, Automaton, MaskTable, _LRU, compile_regex
 from .errors import SchemaError
 from .processor import LogitsProcessor
 from .schema import WHITESPACE, schema_key, schema_to_regex
@@ -79,26 +78,19 @@ class Grammar:
         return value, errors
 
 
-_GRAMMARS: OrderedDict[tuple, Grammar] = OrderedDict()
-_GRAMMARS_LOCK = threading.Lock()
-MAX_GRAMMARS = 256
+_GRAMMARS = _LRU(DEFAULT_MEMORY_BYTES)  # compiled grammars, bounded by their automata's bytes
 
 
 def _cached(key: tuple, build) -> Grammar:
-    with _GRAMMARS_LOCK:
-        g = _GRAMMARS.get(key)
-        if g is not None:
-            _GRAMMARS.move_to_end(key)
-            return g
-    g = build()
-    with _GRAMMARS_LOCK:
-        g = _GRAMMARS.setdefault(key, g)
-        while len(_GRAMMARS) > MAX_GRAMMARS:
-            _GRAMMARS.popitem(last=False)
+    g = _GRAMMARS.get(key)
+    if g is None:
+        g = build()
+        _GRAMMARS.put(key, g, g.automaton.nbytes + len(g.regex))
+        g = _GRAMMARS.get(key) or g  # another thread may have put its copy first
     return g
 
 
-def compile_regex_grammar(tokenizer: Any, regex: str, *, timeout: float | None = None) -> Grammar:
+def compile_regex_grammar(tokenizer: Any, regex: str, *, timeout: float | None = DEFAULT_TIMEOUT) -> Grammar:
     """A Grammar for a raw regex over the output text (special tokens via ``vocab.symbol``)."""
     vocab = build_vocab(tokenizer)
     return _cached(("regex", vocab.fingerprint, regex),
@@ -112,13 +104,14 @@ def compile_json_schema(
     whitespace: str = WHITESPACE,
     strict: bool = True,
     max_depth: int = 3,
-    timeout: float | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> Grammar:
     """Compile a JSON schema (dict, bool or JSON text) for ``tokenizer``; cached.
 
     ``strict`` (default) raises SchemaError for any keyword the mask cannot enforce; with
     ``strict=False`` such keywords are listed in ``grammar.unenforced`` and checked after
-    generation. ``timeout`` (seconds) bounds the automaton build.
+    generation. ``timeout`` (seconds) bounds the automaton build, which runs in a builder
+    process (``None``: in this process, unbounded in time).
     """
     if isinstance(schema, (str, bytes)):
         try:
@@ -131,10 +124,9 @@ def compile_json_schema(
     except (TypeError, ValueError) as e:
         raise SchemaError(f"schema is not JSON data: {e}") from None
     key = ("schema", vocab.fingerprint, text, whitespace, strict, max_depth)
-    with _GRAMMARS_LOCK:
-        found = _GRAMMARS.get(key)
+    found = _GRAMMARS.get(key)
     if found is not None:  # checked when it was compiled
-        return _cached(key, lambda: found)
+        return found
     try:
         jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
     except jsonschema.SchemaError as e:

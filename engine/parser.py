@@ -121,7 +121,7 @@ class Parser:
                 break
             if t in syms:
                 data += syms[t].encode()
-            elif t < len(vocab.token_bytes) and vocab.token_bytes[t] is not None:
+            elif 0 <= t < len(vocab.token_bytes) and vocab.token_bytes[t] is not None:
                 data += vocab.token_bytes[t]
             else:
                 raise GenerationError(f"token {t} is neither ordinary text nor a token of the {self.fmt.name} format")

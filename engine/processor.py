@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 # How many already-consumed positions are re-read each call, so a caller that trims and
 # replaces recent tokens (speculative decoding) is followed rather than trusted.
 LOOKBACK = 8
+PROMPT_TAIL = 16  # prompt tokens kept to tell one sequence from another
 
 
 class LogitsProcessor:
@@ -37,6 +38,7 @@ class LogitsProcessor:
         self.grammar = grammar
         self.max_tokens = max_tokens
         self.base: int | None = None
+        self.prompt_tail: np.ndarray | None = None  # the prompt's last tokens: which sequence this is
         self.consumed: list[int] = []
         self.states = [grammar.initial_state]
         self.ended = False
@@ -69,16 +71,34 @@ class LogitsProcessor:
         length = tokens.shape[0]
         if self.base is None:
             self.base = length
+            self.prompt_tail = tokens[-PROMPT_TAIL:].copy()
         else:
+            self._check_owner(tokens, length)
             self._follow(tokens, length)
         if self.ended:
             return logits + self.grammar.eos_mask(width)
         return logits + self.grammar.mask(self.state, self.max_tokens - len(self.consumed), width)
 
+    def _check_owner(self, tokens: np.ndarray, length: int) -> None:
+        """Refuse a processor reused for a new request or shared between sequences: its state
+        belongs to one token history, and following another would mask by the wrong state."""
+        produced = length - self.base
+        misuse = (
+            "this LogitsProcessor belongs to one sequence of one request; create a new one with "
+            "grammar.processor(max_tokens) for each sequence"
+        )
+        if produced < 0 or not np.array_equal(tokens[self.base - len(self.prompt_tail):self.base], self.prompt_tail):
+            raise GenerationError(f"the prompt differs from the one this processor started on: {misuse}")
+        # speculative decoding may take back up to its draft length, even to the prompt; a
+        # restart that deep is the same as a fresh processor, anything deeper is another history
+        if len(self.consumed) - produced > LOOKBACK:
+            raise GenerationError(f"the output went back from {len(self.consumed)} to {produced} tokens: {misuse}")
+        keep = min(len(self.consumed), produced) - LOOKBACK
+        if keep > 0 and (tokens[self.base] != self.consumed[0] or tokens[self.base + keep - 1] != self.consumed[keep - 1]):
+            raise GenerationError(f"tokens this processor had already consumed changed: {misuse}")
+
     def _follow(self, tokens: np.ndarray, length: int) -> None:
         produced = length - self.base
-        if produced < 0:
-            raise GenerationError("the token history is shorter than the prompt this processor started on")
         keep = max(0, min(len(self.consumed), produced) - LOOKBACK)
         fresh = tokens[self.base + keep:].tolist() if produced > keep else []
         for i, t in enumerate(fresh):

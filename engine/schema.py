@@ -54,6 +54,8 @@ FORMATS = {
     "uri": r'"[A-Za-z][A-Za-z0-9+.-]{0,15}:[A-Za-z0-9\-._~:/?#\[\]@!$&\x27()*+,;=%]{1,200}"',
 }
 
+MAX_ENUM = 10_000  # an enum's values become one alternation in the regex
+
 # Keywords that describe or organise a schema without constraining instances.
 ANNOTATIONS = {
     "title", "description", "default", "examples", "example", "$schema", "$id", "id", "$comment",
@@ -216,6 +218,8 @@ class _Translator:
         if "enum" in s:
             if not isinstance(s["enum"], list) or not s["enum"]:
                 raise SchemaError("enum must be a non-empty array", pointer=p, keyword="enum")
+            if len(s["enum"]) > MAX_ENUM:
+                raise SchemaError(f"{len(s['enum'])} values; at most {MAX_ENUM} are supported", pointer=p, keyword="enum")
             return self.literal(s["enum"], s, p, "enum")
         return _alt([self.typed(t, s, p) for t in self.types(s, p)])
 

@@ -31,8 +31,19 @@ import jsonschema
 import mlx.core as mx
 import numpy as np
 
-from .automaton import UNREACHABLE, Automaton, _distances, _LRU, additive_mask, compile_regex, shared_mask
-from .errors import BudgetError, CompileError, SchemaError
+from .automaton import (
+    DEFAULT_TIMEOUT,
+    MASKS,
+    MAX_REGEX_CHARS,
+    UNREACHABLE,
+    Automaton,
+    _distances,
+    _LRU,
+    additive_mask,
+    compile_regex,
+    shared_mask,
+)
+from .errors import BudgetError, CompileError, RequestError, SchemaError, TokenizerError
 from .formats import (
     FLOAT_VALUES,
     FORMATS,
@@ -75,6 +86,11 @@ class Tool:
 
 def normalize_tools(tools: Any) -> list[Tool]:
     """OpenAI-shaped (or bare ``{"name", "parameters"}``) tool definitions, checked."""
+    if isinstance(tools, (str, bytes)):
+        try:
+            tools = json.loads(tools)
+        except ValueError as e:
+            raise SchemaError(f"tools are not valid JSON: {e}") from None
     if not isinstance(tools, (list, tuple)) or not tools:
         raise SchemaError("tools must be a non-empty list of tool definitions")
     out, seen = [], set()
@@ -88,22 +104,22 @@ def normalize_tools(tools: Any) -> list[Tool]:
         if not isinstance(name, str) or not name:
             raise SchemaError(f"tool #{i} has no name")
         if not NAME_RE.fullmatch(name):
-            raise SchemaError(f"tool #{i} name {name!r} has characters tool-call formats cannot carry "
-                              "(allowed: letters, digits, _ . -)")
+            raise SchemaError(f"tool #{i}: the name has characters tool-call formats cannot carry "
+                              "(allowed: letters, digits, _ . -)", tool=name)
         if name in seen:
-            raise SchemaError(f"tool name {name!r} is offered twice")
+            raise SchemaError("the name is offered twice", tool=name)
         seen.add(name)
         params = f.get("parameters")
         if params is None:
             params = {"type": "object", "properties": {}}
         if not isinstance(params, dict) or params.get("type", "object") != "object":
-            raise SchemaError(f"tool {name!r}: parameters must be an object schema, got "
+            raise SchemaError("parameters must be an object schema, got "
                               f"{params.get('type') if isinstance(params, dict) else type(params).__name__!r}",
-                              pointer="#/parameters", keyword="type")
+                              pointer="#/parameters", keyword="type", tool=name)
         try:
             jsonschema.validators.validator_for(params, default=jsonschema.Draft202012Validator).check_schema(params)
         except jsonschema.SchemaError as e:
-            raise SchemaError(f"tool {name!r}: parameters are not a valid JSON schema: {e.message}",
+            raise SchemaError(f"parameters are not a valid JSON schema: {e.message}", tool=name,
                               pointer="#/" + "/".join(map(str, e.absolute_path)), keyword=str(e.validator)) from None
         out.append(Tool(name, params, str(f.get("description", ""))))
     return out
@@ -239,8 +255,10 @@ class ToolGrammar:
     """A compiled tool-call grammar: cached and shared; ``processor(max_tokens)`` per request."""
 
     def __init__(self, vocab: Vocab, fmt: Format, tools: list[Tool], *, tool_choice: Any, parallel: bool,
-                 thinking: Any, reserve: int, strict: bool, whitespace: str, lazy: bool, workers: int) -> None:
+                 thinking: Any, reserve: int, strict: bool, whitespace: str, lazy: bool, workers: int,
+                 timeout: float | None = DEFAULT_TIMEOUT) -> None:
         self.vocab = vocab
+        self.timeout = timeout
         self.format = fmt
         self.offered = tools
         self.tool_choice = tool_choice
@@ -266,7 +284,7 @@ class ToolGrammar:
         if not lazy:
             self._compile_pieces(workers)
         self._build_outer()
-        self._by_content = _LRU(256 << 20)
+        self._by_content = MASKS
         self._eos: dict[int, mx.array] = {}
         self.parser = None
 
@@ -330,6 +348,9 @@ class ToolGrammar:
                 if any(it == ("hole", "CALL_INDEX") for it in g):
                     raise CompileError(f"format {fmt.name}: CALL_INDEX must sit in a piece without arguments")
                 regex = render(fmt, ("seq", g), lambda n: self._fill_call(n, tool, strict, whitespace))
+                if len(regex) > MAX_REGEX_CHARS:  # checked now: lazy pieces compile during generation
+                    raise CompileError(f"tool {tool.name!r}: the arguments' regex of {len(regex)} characters "
+                                       f"exceeds the {MAX_REGEX_CHARS} limit")
                 pieces.append(_Piece(False, regex, g, bound=min_units(regex)))
         for a, b in zip(pieces, pieces[1:]):
             a.joins = a.joins and a.literal and not b.literal
@@ -343,7 +364,7 @@ class ToolGrammar:
         if node[1] == "TOOL_NAME":
             return _escape(tool.name)
         if node[1] == "ARGUMENTS":
-            got = self._json_regex(tool.parameters, f"tool {tool.name!r}", strict, whitespace)
+            got = self._json_regex(tool.parameters, tool.name, strict, whitespace)
         elif node[1] == "PARAMETERS":
             got = self._parameters_regex(tool, strict, whitespace)
         else:
@@ -351,12 +372,12 @@ class ToolGrammar:
         self._holes[-1][node[1]] = got
         return got
 
-    def _json_regex(self, schema: Any, where: str, strict: bool, whitespace: str, pointer: str = "#") -> str:
+    def _json_regex(self, schema: Any, tool: str, strict: bool, whitespace: str, pointer: str = "#") -> str:
         try:
             t = _translate(schema_key(schema), whitespace, strict)
         except SchemaError as e:
-            raise SchemaError(f"{where}: {e.message}", pointer=pointer + e.pointer[1:], keyword=e.keyword) from None
-        self.unenforced += [(f"{where} {pointer}{p[1:]}", k) for p, k in t.unenforced]
+            raise SchemaError(e.message, pointer=pointer + e.pointer[1:], keyword=e.keyword, tool=tool) from None
+        self.unenforced += [(f"tool {tool!r} {pointer}{p[1:]}", k) for p, k in t.unenforced]
         return t.regex
 
     def _parameters_regex(self, tool: Tool, strict: bool, whitespace: str) -> str:
@@ -398,13 +419,13 @@ class ToolGrammar:
             for kw in _STRING_KEYWORDS:
                 if kw in sub:
                     if strict:
-                        raise SchemaError(f"tool {tool.name!r}: {kw!r} on a raw string parameter is not supported",
-                                          pointer=pointer, keyword=kw)
+                        raise SchemaError("not supported on a raw string parameter", pointer=pointer, keyword=kw,
+                                          tool=tool.name)
                     self.unenforced.append((f"tool {tool.name!r} {pointer}", kw))
             return "(?:" + exclude_specials(self.format.patterns["RAW_STRING"]) + ")"
         if self.format.name in FLOAT_VALUES and isinstance(sub, dict) and sub.get("type") in ("integer", "number"):
             sub = {"allOf": [sub, {"minimum": -FLOAT_EXACT, "maximum": FLOAT_EXACT}]}
-        return self._json_regex(sub, f"tool {tool.name!r}", strict, whitespace, pointer)
+        return self._json_regex(sub, tool.name, strict, whitespace, pointer)
 
     def _compile_pieces(self, workers: int) -> None:
         """Compile every argument piece now (``lazy=False``), two at a time."""
@@ -426,7 +447,10 @@ class ToolGrammar:
                 a = literal_automaton(spec.text.replace(INDEX_MARK, str(k)), self.vocab)
                 self._pieces[key] = a
             else:
-                a = compile_regex(spec.text, self.vocab)
+                try:
+                    a = compile_regex(spec.text, self.vocab, timeout=self.timeout)
+                except CompileError as e:
+                    raise CompileError(f"tool {self.tools[ti].name!r}: its arguments: {e}") from None
                 with self._lock:
                     self._pieces[key] = a
         return a
@@ -500,7 +524,7 @@ class ToolGrammar:
             return None
 
         self.outer_regex = render(fmt, self.start, fill)
-        a = compile_regex(self.outer_regex, self.vocab, macro=(MACRO, MACRO_ID))
+        a = compile_regex(self.outer_regex, self.vocab, macro=(MACRO, MACRO_ID), timeout=self.timeout)
         ends = a.offsets[1:]
         has = (ends > a.offsets[:-1]) & (a.tokens[np.maximum(ends - 1, 0)] == MACRO_ID)
         self.macro_ret = np.where(has, a.targets[np.maximum(ends - 1, 0)], -1)
@@ -781,6 +805,7 @@ def compile_tools(
     whitespace: str = WHITESPACE,
     lazy: bool = True,
     workers: int = 2,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> ToolGrammar:
     """Compile ``tools`` in the model family's tool-call format; cached by tokenizer and request.
 
@@ -792,7 +817,8 @@ def compile_tools(
     tool's argument automaton is compiled when the model first calls that tool (a disk-cache hit
     after the first time), and until a call is inside its arguments they are counted by a bound
     (their shortest text in bytes), so budgets are a little conservative; ``lazy=False``
-    compiles every tool now and counts exact token distances.
+    compiles every tool now and counts exact token distances. ``timeout`` (seconds) bounds each
+    automaton build; with ``lazy`` a tool whose arguments overrun it fails at its first call.
     """
     base = build_vocab(tokenizer)
     try:
@@ -807,27 +833,27 @@ def compile_tools(
             return g
     name = format or detect_format(tokenizer)
     if name not in FORMATS:
-        raise CompileError(f"unknown tool-call format {name!r}; known: {', '.join(FORMATS)}")
+        raise RequestError(f"unknown tool-call format {name!r}; known: {', '.join(FORMATS)}")
     fmt = load_format(name)
     missing = [t for t in fmt.special_texts() if not base.has_token(t)]
     if missing:
-        raise CompileError(f"format {name!r} needs the special tokens {missing}, which tokenizer "
-                           f"{base.name!r} does not have")
+        raise TokenizerError(f"format {name!r} needs the special tokens {missing}, which tokenizer "
+                             f"{base.name!r} does not have")
     tools = normalize_tools(tools)
     name_rule = fmt.patterns.get("TOOL_NAME_PATTERN")
     for t in tools:
         if name_rule is not None and not re.fullmatch(name_rule, t.name):
             raise SchemaError(f"tool name {t.name!r} cannot be written in the {name} format "
-                              f"(names must match {name_rule})")
+                              f"(names must match {name_rule})", tool=t.name)
     if tool_choice not in ("auto", "required", "none"):
         wanted = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else None
         if not isinstance(wanted, str):
-            raise SchemaError(f"tool_choice must be 'auto', 'required', 'none' or "
+            raise RequestError(f"tool_choice must be 'auto', 'required', 'none' or "
                               f"{{'type': 'function', 'function': {{'name': ...}}}}, got {tool_choice!r}")
         if wanted not in {t.name for t in tools}:
-            raise SchemaError(f"tool_choice names {wanted!r}, which is not among the offered tools")
+            raise RequestError(f"tool_choice names {wanted!r}, which is not among the offered tools")
     if thinking not in (None, True, False, "open"):
-        raise CompileError(f"thinking must be None, True, False or 'open', got {thinking!r}")
+        raise RequestError(f"thinking must be None, True, False or 'open', got {thinking!r}")
     vocab = _tool_vocab(base, fmt)
     key = (vocab.fingerprint, name, json.dumps([t.key for t in tools]), json.dumps(tool_choice, sort_keys=True),
            bool(parallel_tool_calls), thinking, reserve, strict, whitespace, lazy)
@@ -838,7 +864,7 @@ def compile_tools(
             return g
     g = ToolGrammar(vocab, fmt, tools, tool_choice=tool_choice, parallel=bool(parallel_tool_calls),
                     thinking=thinking, reserve=reserve, strict=strict, whitespace=whitespace, lazy=lazy,
-                    workers=workers)
+                    workers=workers, timeout=timeout)
     with _GRAMMARS_LOCK:
         g = _GRAMMARS.setdefault(key, g)
         _GRAMMARS[fast_key] = g

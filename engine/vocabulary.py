@@ -97,8 +97,8 @@ class Vocab:
     @cached_property
     def _symbols(self) -> dict[int, str]:
         ordered = sorted(i for i in self.special.values() if i not in self.eos_ids)
-        if len(ordered) > PUA_LIMIT - 2:  # the top two are the automaton's END and the call macro
-            raise TokenizerError(f"{len(ordered)} added tokens exceed the {PUA_LIMIT - 2} symbol slots")
+        if len(ordered) > PUA_LIMIT - 3:  # the top three are the automaton's START and END and the call macro
+            raise TokenizerError(f"{len(ordered)} added tokens exceed the {PUA_LIMIT - 3} symbol slots")
         return {i: chr(PUA_BASE + k) for k, i in enumerate(ordered)}
 
     @cached_property

@@ -20,9 +20,10 @@ import pytest
 from conftest import TOKENIZERS, load_tokenizer, need_shared
 from engine import (
     BudgetError,
-    CompileError,
     FORMATS,
+    RequestError,
     SchemaError,
+    TokenizerError,
     accumulate_deltas,
     compile_tools,
     detect_format,
@@ -291,9 +292,9 @@ def test_bad_requests_fail_before_generation():
         compile_tools(tok, [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}])
     with pytest.raises(SchemaError, match="parameters must be an object"):
         compile_tools(tok, [{"type": "function", "function": {"name": "f", "parameters": {"type": "dict"}}}])
-    with pytest.raises(SchemaError, match="'nope', which is not among the offered"):
+    with pytest.raises(RequestError, match="'nope', which is not among the offered"):
         compile_tools(tok, tools, tool_choice={"type": "function", "function": {"name": "nope"}})
-    with pytest.raises(CompileError, match="kimi_k2.*special tokens"):
+    with pytest.raises(TokenizerError, match="kimi_k2.*special tokens"):
         compile_tools(tok, tools, format="kimi_k2")
     with pytest.raises(SchemaError, match="offered twice"):
         compile_tools(tok, tools + tools[:1])
