@@ -55,6 +55,7 @@ FORMATS = {
 }
 
 MAX_ENUM = 10_000  # an enum's values become one alternation in the regex
+MAX_EXPANSION = 4_000_000  # characters all $ref expansions may produce (an automaton takes 2 M at most)
 
 # Keywords that describe or organise a schema without constraining instances.
 ANNOTATIONS = {
@@ -189,6 +190,7 @@ class _Translator:
         self.ws = options.whitespace
         self.unenforced: list[tuple[str, str]] = []
         self.expanding: list[str] = []  # $refs being expanded, outermost first
+        self.expanded = 0  # characters produced by $ref expansions so far
 
     def skip(self, pointer: str, keyword: str, why: str) -> None:
         if self.o.strict:
@@ -261,9 +263,15 @@ class _Translator:
             raise _TooDeep()
         self.expanding.append(ref)
         try:
-            return self.value(target, ref)
+            out = self.value(target, ref)
         finally:
             self.expanding.pop()
+        # definitions that refer to each other many times over expand exponentially: stop early
+        self.expanded += len(out)
+        if self.expanded > MAX_EXPANSION:
+            raise SchemaError(f"expanding the references gives a regex over {MAX_EXPANSION} characters",
+                              pointer=p, keyword="$ref")
+        return out
 
     def merge_all_of(self, s: dict, p: str) -> dict:
         subs = s["allOf"]

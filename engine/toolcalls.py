@@ -32,6 +32,7 @@ import mlx.core as mx
 import numpy as np
 
 from .automaton import (
+    DEFAULT_MEMORY_BYTES,
     DEFAULT_TIMEOUT,
     MASKS,
     MAX_REGEX_CHARS,
@@ -788,8 +789,9 @@ def _translate(schema_json: str, whitespace: str, strict: bool) -> _Translation:
     return t
 
 
-_GRAMMARS: OrderedDict = OrderedDict()
-_GRAMMARS_LOCK = threading.Lock()
+# compiled tool grammars, bounded by the bytes of their automata when they were cached (argument
+# automata compiled later, in lazy mode, live in the AUTOMATA cache, which is bounded by bytes too)
+_GRAMMARS = _LRU(DEFAULT_MEMORY_BYTES)
 
 
 def compile_tools(
@@ -826,11 +828,9 @@ def compile_tools(
     except (TypeError, ValueError) as e:
         raise SchemaError(f"tools must be JSON data: {e}") from None
     fast_key = (base.fingerprint, format, request, bool(parallel_tool_calls), thinking, reserve, strict, whitespace, lazy)
-    with _GRAMMARS_LOCK:
-        g = _GRAMMARS.get(fast_key)
-        if g is not None:  # an agent loop sending the same tools again: no checks, no hashing
-            _GRAMMARS.move_to_end(fast_key)
-            return g
+    g = _GRAMMARS.get(fast_key)
+    if g is not None:  # an agent loop sending the same tools again: no checks, no hashing
+        return g
     name = format or detect_format(tokenizer)
     if name not in FORMATS:
         raise RequestError(f"unknown tool-call format {name!r}; known: {', '.join(FORMATS)}")
@@ -857,17 +857,18 @@ def compile_tools(
     vocab = _tool_vocab(base, fmt)
     key = (vocab.fingerprint, name, json.dumps([t.key for t in tools]), json.dumps(tool_choice, sort_keys=True),
            bool(parallel_tool_calls), thinking, reserve, strict, whitespace, lazy)
-    with _GRAMMARS_LOCK:
-        g = _GRAMMARS.get(key)
-        if g is not None:
-            _GRAMMARS.move_to_end(key)
-            return g
+    g = _GRAMMARS.get(key)
+    if g is not None:
+        _GRAMMARS.put(fast_key, g, _size(g))
+        return g
     g = ToolGrammar(vocab, fmt, tools, tool_choice=tool_choice, parallel=bool(parallel_tool_calls),
                     thinking=thinking, reserve=reserve, strict=strict, whitespace=whitespace, lazy=lazy,
                     workers=workers, timeout=timeout)
-    with _GRAMMARS_LOCK:
-        g = _GRAMMARS.setdefault(key, g)
-        _GRAMMARS[fast_key] = g
-        while len(_GRAMMARS) > 256:
-            _GRAMMARS.popitem(last=False)
+    _GRAMMARS.put(key, g, _size(g))
+    g = _GRAMMARS.get(key) or g  # another thread may have put its copy first
+    _GRAMMARS.put(fast_key, g, _size(g))  # counted under both keys, so neither outlives the bound
     return g
+
+
+def _size(g: ToolGrammar) -> int:
+    return g.outer.nbytes + sum(a.nbytes for a in list(g._pieces.values()))

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import engine
-from conftest import load_tokenizer
+from conftest import DATA, load_tokenizer, need_shared
 from engine import automaton, grammar
 from engine.automaton import automaton_key
 from engine.vocabulary import build_vocab
@@ -134,6 +134,28 @@ def test_pathological_schemas_are_bounded(name):
     assert len(multiprocessing.active_children()) <= automaton.MAX_IDLE_BUILDERS  # idle builders only
     small = engine.compile_json_schema(tok, {"type": "object", "properties": {"n": {"type": "integer"}}})
     assert small.automaton.walk(tok.encode('{"n":12}', add_special_tokens=False)) >= 0
+
+
+def test_hardest_jsonschemabench_schemas_are_bounded():
+    """The first schemas (by id) of the subsets where compiles run longest: each compiles or is
+    refused with a ToolgateError within its bound, and the process carries on."""
+    tok = load_tokenizer("qwen3")
+    rows = []
+    for subset in ("Github_ultra", "JsonSchemaStore"):
+        data = [json.loads(line) for line in open(need_shared(DATA / "jsonschemabench" / f"{subset}.jsonl"))]
+        rows += sorted(data, key=lambda r: r["unique_id"])[:2]
+    threads = threading.active_count()
+    for row in rows:
+        t = time.perf_counter()
+        try:
+            engine.compile_json_schema(tok, row["schema"], timeout=8)
+            outcome = "compiled"
+        except engine.ToolgateError as e:
+            outcome = f"{type(e).__name__}: {str(e)[:100]}"
+        print(f"{row['id']}: {outcome} in {time.perf_counter() - t:.1f} s")
+        assert time.perf_counter() - t < 8 + 20
+        assert threading.active_count() == threads
+    assert engine.compile_json_schema(tok, {"type": "boolean"}).min_tokens == 1
 
 
 def test_a_killed_build_leaves_nothing_behind(tmp_path, monkeypatch):
