@@ -583,30 +583,31 @@ class _Builder:
         self.conn.close()
 
 
-_BUILDERS: dict[tuple[str, int], list[_Builder]] = {}  # idle builders per (vocabulary, memory bound)
-_BUILDERS_LOCK = threading.Lock()
-MAX_IDLE_BUILDERS = 2
+_IDLE: list[tuple[tuple[str, int], _Builder]] = []  # idle builders with their (vocabulary, memory bound)
+_IDLE_LOCK = threading.Lock()
+MAX_IDLE_BUILDERS = 4  # kept across vocabularies; the least recently used one goes first
 
 
 def _build_bounded(regex: str, vocab: Vocab, key: str, macro, max_edges: int, timeout: float,
                    max_memory: int) -> Automaton:
     """Build in a builder process, one per concurrent build, so time and memory stay bounded."""
     slot = (vocab.fingerprint, max_memory)
-    with _BUILDERS_LOCK:
-        idle = _BUILDERS.setdefault(slot, [])
-        builder = idle.pop() if idle else None
+    with _IDLE_LOCK:
+        at = next((i for i, (s, _) in enumerate(_IDLE) if s == slot), None)
+        builder = _IDLE.pop(at)[1] if at is not None else None
     if builder is None:
         builder = _Builder(vocab, max_memory)
     try:
         return builder.build(regex, key, macro, max_edges, timeout)
     finally:
-        with _BUILDERS_LOCK:
-            idle = _BUILDERS.setdefault(slot, [])
-            if builder.alive and len(idle) < MAX_IDLE_BUILDERS:
-                idle.append(builder)
-                builder = None
-        if builder is not None and builder.alive:
-            builder.close()
+        retired = []
+        with _IDLE_LOCK:
+            if builder.alive:
+                _IDLE.append((slot, builder))
+            while len(_IDLE) > MAX_IDLE_BUILDERS:
+                retired.append(_IDLE.pop(0)[1])
+        for b in retired:
+            b.close()
 
 
 class _LRU:

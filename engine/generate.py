@@ -85,6 +85,8 @@ def _setup(tokenizer: Any, prompt: Any, response_format: Any, tools: Any, tool_c
 def _run(model: Any, tokenizer: Any, grammar: Any, ids: list[int], max_tokens: int, sampler: Any,
          kwargs: dict, out: list[int], flags: dict) -> Iterator[Any]:
     """Generate under ``grammar``, appending token ids to ``out``; yields mlx-lm's responses."""
+    if max_tokens < 1:
+        raise RequestError(f"max_tokens must be at least 1, got {max_tokens}")
     processors = list(kwargs.pop("logits_processors", None) or [])
     proc = grammar.processor(max_tokens) if grammar is not None else None
     if proc is not None:
