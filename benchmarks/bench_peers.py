@@ -522,22 +522,25 @@ def plots(records, engines, rates, out_dir):
     fig.savefig(files["mask"], dpi=110, bbox_inches="tight")
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
     labels, values = [], []
     for model_name, r in rates.items():
         base = statistics.median(r["unconstrained"])
         for name, v in r.items():
             if name != "unconstrained" and v:
-                labels.append(f"{name}\n{model_name}")
+                labels.append(f"{name}\n{model_name.split(' (')[0].replace('Qwen3-', '')}")
                 values.append(statistics.median(v) / base)
     ax.bar(range(len(values)), values, color=["C0" if "toolgate" in x else "C7" for x in labels])
+    for i, v in enumerate(values):
+        ax.text(i, v + 0.003, f"{v:.3f}", ha="center", fontsize=8)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.axhline(0.97, color="r", lw=0.8, ls="--", label="target 0.97")
+    ax.set_ylim(0.8, 1.03)
     ax.set_xticks(range(len(values)))
     ax.set_xticklabels(labels, fontsize=7)
-    ax.set_ylabel("tokens/s, constrained / unconstrained")
+    ax.set_ylabel("tokens/s, constrained / unconstrained (axis from 0.8)")
     ax.set_title("Throughput ratio with mlx-lm (random-weight Qwen3-shaped models, CPU)")
-    ax.legend()
+    ax.legend(loc="lower right")
     files["throughput"] = out_dir / "throughput_ratio.png"
     fig.savefig(files["throughput"], dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -559,7 +562,7 @@ def report(args, records, names, rates, tool_rows, files, elapsed):
     subsets = sorted({r["subset"] for r in records})
     lines = [
         "# Benchmarks: mlx-toolgate beside llguidance, xgrammar and outlines-core", "",
-        f"Command: `python benchmarks/bench_peers.py {' '.join(sys.argv[1:])}` ({elapsed / 60:.0f} min)  ",
+        f"Command: `python benchmarks/bench_peers.py {args.argv}` ({elapsed / 60:.0f} min)  ",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()}, Python {platform.python_version()}; "
         f"mlx {version('mlx')}, mlx-lm {version('mlx-lm')}, mlx-toolgate {version('mlx-toolgate')}, "
         f"llguidance {version('llguidance')}, xgrammar {version('xgrammar')}, outlines-core {version('outlines-core')}.  ",
@@ -681,12 +684,24 @@ def main():
     ap.add_argument("--per-subset", type=int, help="schemas per JSONSchemaBench subset")
     ap.add_argument("--limit", type=float, help="seconds allowed to reach the first mask")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS.md"))
+    ap.add_argument("--from-json", help="re-render the report and plots from a saved results_peers.json")
     args = ap.parse_args()
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        vars(args).update(saved["args"])
+        out_dir = Path(args.out).parent
+        seen = list(dict.fromkeys(r["engine"] for r in saved["records"]))
+        names = [n for n in seen if "lenient" not in n] + [n for n in seen if "lenient" in n]
+        files = plots(saved["records"], [n for n in names if "lenient" not in n], saved["rates"], out_dir)
+        Path(args.out).write_text(report(args, saved["records"], names, saved["rates"], saved["tools"], files,
+                                         saved["elapsed"]))
+        return
     if not DATA.is_dir():
         sys.exit(f"JSONSchemaBench data not found at {DATA} (set TOOLGATE_SHARED)")
     args.per_subset = args.per_subset or (1 if args.quick else 6)
     args.limit = args.limit or (10.0 if args.quick else 30.0)
     args.walks = 2 if args.quick else 3
+    args.argv = " ".join(sys.argv[1:])
     started = time.perf_counter()
     os.environ["TOOLGATE_CACHE_DIR"] = tempfile.mkdtemp(prefix="toolgate-bench-")
     out_dir = Path(args.out).parent
@@ -725,7 +740,9 @@ def main():
     files = plots(records, [n for n in names if "lenient" not in n], rates, out_dir)
     text = report(args, records, names, rates, tool_rows, files, time.perf_counter() - started)
     Path(args.out).write_text(text)
-    (out_dir / "results_peers.json").write_text(json.dumps({"records": records, "rates": rates, "tools": tool_rows}))
+    (out_dir / "results_peers.json").write_text(json.dumps({
+        "args": {k: getattr(args, k) for k in ("quick", "per_subset", "limit", "walks", "argv")},
+        "elapsed": time.perf_counter() - started, "records": records, "rates": rates, "tools": tool_rows}))
     print(text)
 
 
