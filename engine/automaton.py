@@ -13,6 +13,7 @@ before the budget runs out. Compiled automata are cached in memory (LRU by bytes
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import multiprocessing
 import os
@@ -517,7 +518,9 @@ def _serve(conn, vocab: Vocab, max_memory: int) -> None:
     """A builder process: build each requested automaton and send its arrays back."""
     global _TRIE_LOCK, _KEY_LOCKS_GUARD
     _TRIE_LOCK, _KEY_LOCKS_GUARD = threading.Lock(), threading.Lock()  # another thread may have held them at the fork
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # a build that runs out of memory aborts; the pipe tells why
+    # a build that runs out of memory aborts; the parent reports it, so keep the child quiet
+    faulthandler.disable()
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
     try:
         used = int(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmSize"))) * 1024
         resource.setrlimit(resource.RLIMIT_AS, (used + max_memory, used + max_memory))
@@ -557,14 +560,17 @@ class _Builder:
         self.proc = ctx.Process(target=_serve, args=(child, vocab, max_memory), daemon=True)
         self.proc.start()
         child.close()
+        self.busy = False  # a request sent and its reply not yet read: not reusable
 
     def build(self, regex: str, key: str, macro, max_edges: int, timeout: float) -> Automaton:
         try:
+            self.busy = True
             self.conn.send((regex, key, macro, max_edges))
             if not self.conn.poll(timeout):
                 self.close()
                 raise CompileError(f"compiling took longer than the {timeout:g} s limit")
             kind, value = self.conn.recv()
+            self.busy = False
         except (EOFError, OSError):
             self.close()
             raise CompileError("the compiler process died (memory bound exceeded?)") from None
@@ -602,8 +608,10 @@ def _build_bounded(regex: str, vocab: Vocab, key: str, macro, max_edges: int, ti
     finally:
         retired = []
         with _IDLE_LOCK:
-            if builder.alive:
+            if builder.alive and not builder.busy:
                 _IDLE.append((slot, builder))
+            else:
+                retired.append(builder)
             while len(_IDLE) > MAX_IDLE_BUILDERS:
                 retired.append(_IDLE.pop(0)[1])
         for b in retired:

@@ -6,6 +6,7 @@ too, so a strategy that stops producing inputs fails instead of passing empty.
 
 import json
 import multiprocessing
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -248,22 +249,35 @@ def _forget():
     automaton.AUTOMATA.clear()
 
 
-def test_caches_are_thread_safe(tmp_path, monkeypatch):
+_ALONE: dict = {}
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(jobs=st.permutations([i % len(SCHEMAS) for i in range(5 * len(SCHEMAS))]), workers=st.integers(2, 8))
+def test_caches_are_thread_safe(tmp_path_factory, jobs, workers):
+    """Many threads compiling the same and different schemas at once, on cold caches, in an order
+    hypothesis picks: the same automata as one thread, and one grammar per schema."""
     tok = load_tokenizer("qwen3")
-    monkeypatch.setenv("TOOLGATE_CACHE_DIR", str(tmp_path / "one"))
-    _forget()
-    alone = [_arrays(engine.compile_json_schema(tok, s)) for s in SCHEMAS]
-    for round_ in range(3):
-        monkeypatch.setenv("TOOLGATE_CACHE_DIR", str(tmp_path / f"many{round_}"))
+    old = os.environ.get("TOOLGATE_CACHE_DIR")
+    try:
+        if not _ALONE:
+            os.environ["TOOLGATE_CACHE_DIR"] = str(tmp_path_factory.mktemp("alone"))
+            _forget()
+            _ALONE.update({i: _arrays(engine.compile_json_schema(tok, s)) for i, s in enumerate(SCHEMAS)})
+        os.environ["TOOLGATE_CACHE_DIR"] = str(tmp_path_factory.mktemp("threads"))
         _forget()
-        jobs = [i % len(SCHEMAS) for i in range(5 * len(SCHEMAS))]
-        np.random.default_rng(round_).shuffle(jobs)
-        with ThreadPoolExecutor(8) as ex:
+        with ThreadPoolExecutor(workers) as ex:
             got = list(ex.map(lambda i: (i, engine.compile_json_schema(tok, SCHEMAS[i])), jobs))
-        for i, g in got:
-            tried("thread interleavings")
-            assert all(np.array_equal(x, y) for x, y in zip(_arrays(g), alone[i]))
-            assert g is engine.compile_json_schema(tok, SCHEMAS[i])  # one grammar per schema
+    finally:
+        if old is None:
+            os.environ.pop("TOOLGATE_CACHE_DIR", None)
+        else:
+            os.environ["TOOLGATE_CACHE_DIR"] = old
+    tried("thread interleavings")
+    for i, g in got:
+        tried("threaded compile requests")
+        assert all(np.array_equal(x, y) for x, y in zip(_arrays(g), _ALONE[i]))
+        assert g is engine.compile_json_schema(tok, SCHEMAS[i])  # one grammar per schema
 
 
 def test_corrupt_or_foreign_cache_files_are_rebuilt(tmp_path, monkeypatch):
@@ -402,10 +416,42 @@ def test_every_family_always_allows_a_token(family):
     assert walks == 28
 
 
+tool_names = st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True)
+param_names = st.from_regex(r"[a-z][a-z_]{0,7}", fullmatch=True)
+tool_lists = st.lists(
+    st.tuples(tool_names, st.dictionaries(param_names, st.one_of(leaf, _extend(leaf)), max_size=3),
+              st.dictionaries(param_names, st.booleans())),
+    min_size=1, max_size=4, unique_by=lambda t: t[0],
+).map(lambda ts: [tool(name, {"type": "object", "properties": props,
+                              "required": [k for k in props if req.get(k)]}) for name, props, req in ts])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(tools=tool_lists, family=st.sampled_from(sorted(FAMILIES)), choice=st.sampled_from(["auto", "required"]),
+       seed=st.integers(0, 2**32 - 1), extra=st.integers(0, 30))
+def test_random_tool_lists_give_parsable_valid_calls(tools, family, choice, seed, extra):
+    tok = load_tokenizer(FAMILIES[family])
+    tried("random tool lists")
+    try:
+        g = engine.compile_tools(tok, tools, format=family, tool_choice=choice, timeout=30)
+    except engine.ToolgateError:
+        tried("random tool lists refused")
+        return
+    ids = _walk(g, g.min_tokens + extra, np.random.default_rng(seed))
+    parsed = g.parse(ids)
+    assert parsed.errors == []
+    by_name = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    for call in parsed.tool_calls:
+        jsonschema.validate(json.loads(call["function"]["arguments"]), by_name[call["function"]["name"]])
+    if choice == "required":
+        assert parsed.tool_calls
+    tried("random tool-list outputs validated")
+
+
 # ---- robust parsing ----
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
-@given(text=st.one_of(st.text(max_size=300),
+@given(text=st.one_of(st.text(max_size=300), st.binary(max_size=300).map(lambda b: b.decode("utf-8", "replace")),
                       st.lists(st.sampled_from(['<tool_call>', '</tool_call>', '{"name": "get_weather", ',
                                                 '"arguments": {', '"city": "Oslo"', '}', '}}', '\n', '<think>',
                                                 '</think>', '"days": 9', 'hello']), max_size=12).map("".join)))
@@ -449,3 +495,5 @@ def test_zz_report_property_counts():
         assert TRIED["random schemas"] >= 60 and TRIED.get("random schema outputs validated", 0) >= 20
     if "parser inputs" in TRIED:
         assert TRIED["parser inputs"] >= 300
+    if "random tool lists" in TRIED:
+        assert TRIED["random tool lists"] >= 40 and TRIED.get("random tool-list outputs validated", 0) >= 10
