@@ -483,12 +483,11 @@ def _timed(fn, limit):
 
 # ---- report ----
 
-def plots(records, engines, rates, out_dir):
+def plots(records, engines, rates, out_dir) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    files = {}
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name in engines:
         recs = [r for r in records if r["engine"] == name]
@@ -501,8 +500,7 @@ def plots(records, engines, rates, out_dir):
     ax.set_title("Compile time CDF (JSONSchemaBench dev sample, Qwen3 vocabulary)")
     ax.grid(alpha=0.3)
     ax.legend()
-    files["compile"] = out_dir / "compile_cdf.png"
-    fig.savefig(files["compile"], dpi=110, bbox_inches="tight")
+    fig.savefig(out_dir / "compile_cdf.png", dpi=110, bbox_inches="tight")
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -518,8 +516,7 @@ def plots(records, engines, rates, out_dir):
     ax.set_title("Mask time CDF along valid instances")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    files["mask"] = out_dir / "mask_cdf.png"
-    fig.savefig(files["mask"], dpi=110, bbox_inches="tight")
+    fig.savefig(out_dir / "mask_cdf.png", dpi=110, bbox_inches="tight")
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -541,10 +538,8 @@ def plots(records, engines, rates, out_dir):
     ax.set_ylabel("tokens/s, constrained / unconstrained (axis from 0.8)")
     ax.set_title("Throughput ratio with mlx-lm (random-weight Qwen3-shaped models, CPU)")
     ax.legend(loc="lower right")
-    files["throughput"] = out_dir / "throughput_ratio.png"
-    fig.savefig(files["throughput"], dpi=110, bbox_inches="tight")
+    fig.savefig(out_dir / "throughput_ratio.png", dpi=110, bbox_inches="tight")
     plt.close(fig)
-    return files
 
 
 def version(dist):
@@ -558,7 +553,7 @@ def fmt_ms(x):
     return f"{x * 1000:.3g}" if x == x else "–"
 
 
-def report(args, records, names, rates, tool_rows, files, elapsed):
+def report(args, records, names, rates, tool_rows, elapsed):
     subsets = sorted({r["subset"] for r in records})
     lines = [
         "# Benchmarks: mlx-toolgate beside llguidance, xgrammar and outlines-core", "",
@@ -692,9 +687,8 @@ def main():
         out_dir = Path(args.out).parent
         seen = list(dict.fromkeys(r["engine"] for r in saved["records"]))
         names = [n for n in seen if "lenient" not in n] + [n for n in seen if "lenient" in n]
-        files = plots(saved["records"], [n for n in names if "lenient" not in n], saved["rates"], out_dir)
-        Path(args.out).write_text(report(args, saved["records"], names, saved["rates"], saved["tools"], files,
-                                         saved["elapsed"]))
+        plots(saved["records"], [n for n in names if "lenient" not in n], saved["rates"], out_dir)
+        Path(args.out).write_text(report(args, saved["records"], names, saved["rates"], saved["tools"], saved["elapsed"]))
         return
     if not DATA.is_dir():
         sys.exit(f"JSONSchemaBench data not found at {DATA} (set TOOLGATE_SHARED)")
@@ -737,8 +731,8 @@ def main():
     sizes = [1, 10] if args.quick else [1, 10, 50, 150]
     tool_rows = tool_bench(families, sizes, 60.0 if args.quick else 120.0)
 
-    files = plots(records, [n for n in names if "lenient" not in n], rates, out_dir)
-    text = report(args, records, names, rates, tool_rows, files, time.perf_counter() - started)
+    plots(records, [n for n in names if "lenient" not in n], rates, out_dir)
+    text = report(args, records, names, rates, tool_rows, time.perf_counter() - started)
     Path(args.out).write_text(text)
     (out_dir / "results_peers.json").write_text(json.dumps({
         "args": {k: getattr(args, k) for k in ("quick", "per_subset", "limit", "walks", "argv")},
