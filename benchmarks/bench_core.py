@@ -14,7 +14,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,10 +23,10 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import mlx.core as mx  # noqa: E402
 import mlx_lm  # noqa: E402
-import numpy as np  # noqa: E402
 from mlx_lm.sample_utils import make_sampler  # noqa: E402
 
 import engine  # noqa: E402
+from common import alternating_rates, log, pct  # noqa: E402
 from engine import automaton  # noqa: E402
 from engine.models import write_random_model  # noqa: E402
 
@@ -40,32 +39,12 @@ LONG_SCHEMA = {"type": "object", "properties": {"items": {"type": "array", "item
     "required": ["id", "label"]}}}, "required": ["items"]}
 
 
-def pct(values, q):
-    return float(np.percentile(values, q)) if values else float("nan")
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
 def throughput(model, tok, runs, max_tokens):
     """tokens/s, unconstrained vs constrained, alternating runs with the same seeds."""
     g = engine.compile_json_schema(tok, LONG_SCHEMA)
     prompt = mx.array(tok.encode("Write a long JSON list of items:"))
-    rates = {"unconstrained": [], "constrained": []}
-    for r in range(runs + 1):
-        for mode in ("unconstrained", "constrained"):
-            procs = [g.processor(max_tokens)] if mode == "constrained" else []
-            mx.random.seed(r)
-            n, t = 0, time.perf_counter()
-            for resp in mlx_lm.stream_generate(model, tok, prompt, max_tokens=max_tokens,
-                                               sampler=make_sampler(temp=1.0), logits_processors=procs):
-                if n == 0:
-                    t = time.perf_counter()  # steady state: leave out prefill and the first token
-                n += 1
-            dt = time.perf_counter() - t
-            if r > 0 and n > 1:  # run 0 warms caches and masks
-                rates[mode].append((n - 1) / dt)
+    rates = alternating_rates(model, tok, prompt, max_tokens, runs, {
+        "unconstrained": lambda: [], "constrained": lambda: [g.processor(max_tokens)]})
     return {k: statistics.median(v) for k, v in rates.items()}, rates
 
 

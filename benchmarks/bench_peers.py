@@ -40,11 +40,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import mlx.core as mx  # noqa: E402
 import mlx_lm  # noqa: E402
 import numpy as np  # noqa: E402
-from mlx_lm.sample_utils import make_sampler  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_tools  # noqa: E402
+from common import alternating_rates, log, pct  # noqa: E402
 
 import engine  # noqa: E402
 from engine import automaton, toolcalls  # noqa: E402
@@ -72,14 +72,6 @@ LONG_SCHEMA = {"type": "object", "properties": {"items": {"type": "array", "item
     "required": ["id", "label"]}}}, "required": ["items"]}
 XGRAMMAR_MODEL = {"hermes": "qwen_3", "qwen3_coder": "qwen_3_coder", "kimi_k2": "kimi", "glm47": "glm_4_7",
                   "harmony": "harmony", "llama3_json": "llama"}
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def pct(values, q) -> float:
-    return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
 class Refused(Exception):
@@ -398,25 +390,13 @@ def tally(recs):
 
 def throughput(model, tok, engines, runs, max_tokens):
     """tokens/s after the first token, unconstrained vs each engine, alternating, same seeds."""
-    compiled = {eng.name: eng.compile(LONG_SCHEMA) for eng in engines}
     prompt = mx.array(tok.encode("Write a long JSON list of items:"))
-    rates: dict[str, list[float]] = {"unconstrained": []} | {eng.name: [] for eng in engines}
-    for r in range(runs + 1):
-        for mode in rates:
-            eng = next((e for e in engines if e.name == mode), None)
-            procs = [] if eng is None else [eng.processor(compiled[mode], max_tokens) if isinstance(eng, Toolgate)
-                                            else PeerProcessor(eng, compiled[mode])]
-            mx.random.seed(r)
-            n, t = 0, time.perf_counter()
-            for _ in mlx_lm.stream_generate(model, tok, prompt, max_tokens=max_tokens,
-                                            sampler=make_sampler(temp=1.0), logits_processors=procs):
-                if n == 0:
-                    t = time.perf_counter()
-                n += 1
-            if r > 0 and n > 1:  # run 0 warms every engine's caches
-                rates[mode].append((n - 1) / (time.perf_counter() - t))
-        log(f"  throughput run {r}/{runs}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in rates.items() if v))
-    return rates
+    modes = {"unconstrained": lambda: []}
+    for eng in engines:
+        compiled = eng.compile(LONG_SCHEMA)
+        modes[eng.name] = ((lambda c=compiled: [c.processor(max_tokens)]) if isinstance(eng, Toolgate)
+                           else (lambda e=eng, c=compiled: [PeerProcessor(e, c)]))
+    return alternating_rates(model, tok, prompt, max_tokens, runs, modes, progress=True)
 
 
 # ---- 5: tool-call compile time ----
@@ -591,24 +571,20 @@ def report(args, records, names, rates, tool_rows, elapsed):
             continue
         s = tally([r for r in records if r["engine"] == name and r["id"] in common])
         lines.append(f"| {name} | {s['valid_ok']}/{s['valid']} | {s['invalid'] - s['invalid_ok']}/{s['invalid']} | {s['invalid_ok']} |")
-    lines += ["", "## Coverage per subset (schemas compiled within the limit)", "",
-              "| subset | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    for sub in subsets:
-        cells = []
-        for name in names:
-            s = tally([r for r in records if r["engine"] == name and r["subset"] == sub])
-            cells.append(f"{s['compiled']}/{s['schemas']}")
-        llg = tally([r for r in records if r["engine"] == "llguidance" and r["subset"] == sub])["compiled"]
-        ours = tally([r for r in records if r["engine"] == "toolgate" and r["subset"] == sub])["compiled"]
-        lines.append(f"| {sub}{' (ours < llguidance)' if ours < llg else ''} | " + " | ".join(cells) + " |")
-    lines += ["", "## Compliance per subset (valid accepted · invalid accepted)", "",
-              "| subset | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    for sub in subsets:
-        cells = []
-        for name in names:
-            s = tally([r for r in records if r["engine"] == name and r["subset"] == sub])
-            cells.append(f"{s['valid_ok']}/{s['valid']} · {s['invalid_ok']}/{s['invalid']}")
-        lines.append(f"| {sub} | " + " | ".join(cells) + " |")
+    per = {(name, sub): tally([r for r in records if r["engine"] == name and r["subset"] == sub])
+           for name in names for sub in subsets}
+
+    def subset_table(title, cell, mark=lambda sub: ""):
+        rows = ["", title, "", "| subset | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        return rows + [f"| {sub}{mark(sub)} | " + " | ".join(cell(per[name, sub]) for name in names) + " |"
+                       for sub in subsets]
+
+    lines += subset_table("## Coverage per subset (schemas compiled within the limit)",
+                          lambda s: f"{s['compiled']}/{s['schemas']}",
+                          lambda sub: " (ours < llguidance)"
+                          if per["toolgate", sub]["compiled"] < per["llguidance", sub]["compiled"] else "")
+    lines += subset_table("## Compliance per subset (valid accepted · invalid accepted)",
+                          lambda s: f"{s['valid_ok']}/{s['valid']} · {s['invalid_ok']}/{s['invalid']}")
     lines += ["", "## 2. Time to first mask (compile), ms, compiled schemas", "",
               "| engine | compiled | p50 | p90 | p99 | max | timeouts |", "|---|---|---|---|---|---|---|"]
     for name in names:

@@ -16,7 +16,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,11 +25,11 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import mlx.core as mx  # noqa: E402
 import mlx_lm  # noqa: E402
-import numpy as np  # noqa: E402
 from mlx_lm.sample_utils import make_sampler  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 import engine  # noqa: E402
+from common import alternating_rates, log, pct  # noqa: E402
 from engine import automaton, toolcalls  # noqa: E402
 from engine.models import write_random_model  # noqa: E402
 
@@ -42,14 +41,6 @@ BFCL_FILES = ["simple_python", "multiple", "parallel_multiple", "live_simple", "
 # objects of any shape nest deeply as generic JSON and take tens of seconds alone; kept out of the
 # size series so the series measures typical tools (reported separately below)
 SLOW = {"puppeteer_navigate"}
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-def pct(values, q):
-    return float(np.percentile(values, q)) if values else float("nan")
 
 
 def tool_pool(limit: int) -> list[dict]:
@@ -189,23 +180,12 @@ def throughput(model, tok, runs, max_tokens):
     prompt = mx.array(tok.encode("Write a note:"))
     zero = mx.zeros((1, 151936))
 
-    def floor(tokens, logits):  # adding a mask that changes nothing, and reading nothing
+    def zero_mask(tokens, logits):  # adding a mask that changes nothing, and reading nothing
         return logits + zero
 
-    rates = {"unconstrained": [], "floor: adding a zero mask": [], "tool call": []}
-    for r in range(runs + 1):
-        for mode in rates:
-            procs = ([g.processor(max_tokens)] if mode == "tool call" else
-                     [floor] if mode.startswith("floor") else [])
-            mx.random.seed(r)
-            n, t = 0, time.perf_counter()
-            for _ in mlx_lm.stream_generate(model, tok, prompt, max_tokens=max_tokens,
-                                            sampler=make_sampler(temp=1.0), logits_processors=procs):
-                if n == 0:
-                    t = time.perf_counter()
-                n += 1
-            if r > 0 and n > 1:
-                rates[mode].append((n - 1) / (time.perf_counter() - t))
+    rates = alternating_rates(model, tok, prompt, max_tokens, runs, {
+        "unconstrained": lambda: [], "floor: adding a zero mask": lambda: [zero_mask],
+        "tool call": lambda: [g.processor(max_tokens)]})
     calls = []
     logits = mx.zeros((1, 151936))
     mx.eval(logits)
