@@ -665,6 +665,12 @@ def automaton_key(regex: str, vocab: Vocab, macro: tuple[str, int] | None = None
     return h.hexdigest()[:32]
 
 
+def check_regex_size(regex: str) -> None:
+    """The size bound compile_regex applies, for callers that compile later (lazy tool arguments)."""
+    if len(regex) > MAX_REGEX_CHARS:
+        raise CompileError(f"regex of {len(regex)} characters exceeds the {MAX_REGEX_CHARS} limit")
+
+
 def compile_regex(regex: str, vocab: Vocab, *, timeout: float | None = DEFAULT_TIMEOUT,
                   max_transitions: int = DEFAULT_MAX_EDGES, max_memory: int = DEFAULT_BUILD_MEMORY,
                   macro: tuple[str, int] | None = None) -> Automaton:
@@ -675,8 +681,7 @@ def compile_regex(regex: str, vocab: Vocab, *, timeout: float | None = DEFAULT_T
     bound raises CompileError. ``macro`` (character, id) lets the regex use one extra
     pseudo-token (see toolcalls).
     """
-    if len(regex) > MAX_REGEX_CHARS:
-        raise CompileError(f"regex of {len(regex)} characters exceeds the {MAX_REGEX_CHARS} limit")
+    check_regex_size(regex)
     key = automaton_key(regex, vocab, macro)
     found = AUTOMATA.get(key)
     if found is not None:

@@ -35,12 +35,12 @@ from .automaton import (
     DEFAULT_MEMORY_BYTES,
     DEFAULT_TIMEOUT,
     MASKS,
-    MAX_REGEX_CHARS,
     UNREACHABLE,
     Automaton,
     _distances,
     _LRU,
     additive_mask,
+    check_regex_size,
     compile_regex,
     shared_mask,
 )
@@ -349,9 +349,10 @@ class ToolGrammar:
                 if any(it == ("hole", "CALL_INDEX") for it in g):
                     raise CompileError(f"format {fmt.name}: CALL_INDEX must sit in a piece without arguments")
                 regex = render(fmt, ("seq", g), lambda n: self._fill_call(n, tool, strict, whitespace))
-                if len(regex) > MAX_REGEX_CHARS:  # checked now: lazy pieces compile during generation
-                    raise CompileError(f"tool {tool.name!r}: the arguments' regex of {len(regex)} characters "
-                                       f"exceeds the {MAX_REGEX_CHARS} limit")
+                try:
+                    check_regex_size(regex)  # now, before generation: lazy pieces compile at their first call
+                except CompileError as e:
+                    raise CompileError(f"tool {tool.name!r}: its arguments: {e}") from None
                 pieces.append(_Piece(False, regex, g, bound=min_units(regex)))
         for a, b in zip(pieces, pieces[1:]):
             a.joins = a.joins and a.literal and not b.literal
