@@ -15,10 +15,12 @@ import os
 import platform
 import statistics
 import tempfile
+import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # random models, instances
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import mlx.core as mx  # noqa: E402
@@ -27,8 +29,7 @@ from mlx_lm.sample_utils import make_sampler  # noqa: E402
 
 import engine  # noqa: E402
 from common import alternating_rates, log, pct  # noqa: E402
-from engine import automaton  # noqa: E402
-from engine.models import write_random_model  # noqa: E402
+from models import write_random_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOOLGATE_SHARED", ROOT.parent / "shared"))
@@ -44,7 +45,7 @@ def throughput(model, tok, runs, max_tokens):
     g = engine.compile_json_schema(tok, LONG_SCHEMA)
     prompt = mx.array(tok.encode("Write a long JSON list of items:"))
     rates = alternating_rates(model, tok, prompt, max_tokens, runs, {
-        "unconstrained": lambda: [], "constrained": lambda: [g.processor(max_tokens)]})
+        "unconstrained": lambda: [], "constrained": lambda: [g.matcher(max_tokens)]})
     return {k: statistics.median(v) for k, v in rates.items()}, rates
 
 
@@ -63,7 +64,7 @@ def processor_cost(tok, model, max_tokens, seeds):
     times = {"cold": [], "warm": [], "host": []}
     for phase in ("cold", "warm", "host"):
         for seq in sequences:
-            p = g.processor(max_tokens)
+            p = g.matcher(max_tokens)
             prefix = [1, 2, 3]
             arrays = [mx.array(prefix + seq[:i]) for i in range(len(seq) + 1)]
             mx.eval(arrays)
@@ -92,8 +93,7 @@ def compile_times(tok, per_subset, timeout):
     out = []
     for i, (subset, row) in enumerate(rows):
         log(f"  compile {i + 1}/{len(rows)} {row['id']}")
-        engine.grammar._GRAMMARS.clear()
-        automaton.AUTOMATA.clear()
+        engine.clear_caches(vocabularies=False)
         rec = {"subset": subset, "id": row["id"]}
         t = time.perf_counter()
         try:
@@ -107,8 +107,7 @@ def compile_times(tok, per_subset, timeout):
         t = time.perf_counter()
         engine.compile_json_schema(tok, row["schema"])
         rec["warm_memory"] = time.perf_counter() - t
-        engine.grammar._GRAMMARS.clear()
-        automaton.AUTOMATA.clear()
+        engine.clear_caches(vocabularies=False)
         t = time.perf_counter()
         engine.compile_json_schema(tok, row["schema"])
         rec["warm_disk"] = time.perf_counter() - t

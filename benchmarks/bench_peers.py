@@ -34,6 +34,7 @@ from importlib import metadata
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # random models, instances
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -47,9 +48,10 @@ import bench_tools  # noqa: E402
 from common import alternating_rates, log, pct  # noqa: E402
 
 import engine  # noqa: E402
-from engine import automaton, toolcalls  # noqa: E402
-from engine.instances import canonical_text  # noqa: E402
-from engine.models import write_random_model  # noqa: E402
+from engine.automata.index import vocabulary_trie  # noqa: E402
+from engine.tools.compile import tool_vocab  # noqa: E402
+from instances import canonical_text  # noqa: E402
+from models import write_random_model  # noqa: E402
 
 try:
     import llguidance
@@ -120,15 +122,14 @@ class Toolgate:
         return bool(g.validate(text)[1])
 
     def processor(self, g, max_tokens):
-        return g.processor(max_tokens)
+        return g.matcher(max_tokens)
 
     def warm(self, schema) -> dict:
         """Compile again from memory, then from the disk cache."""
         t = time.perf_counter()
         engine.compile_json_schema(self.tok, schema, strict=self.strict, timeout=None)
         memory = time.perf_counter() - t
-        engine.grammar._GRAMMARS.clear()
-        automaton.AUTOMATA.clear()
+        engine.clear_caches(vocabularies=False)
         t = time.perf_counter()
         engine.compile_json_schema(self.tok, schema, strict=self.strict, timeout=None).mask(0, BIG, WIDTH)
         return {"warm_memory": memory, "warm_disk": time.perf_counter() - t}
@@ -394,7 +395,7 @@ def throughput(model, tok, engines, runs, max_tokens):
     modes = {"unconstrained": lambda: []}
     for eng in engines:
         compiled = eng.compile(LONG_SCHEMA)
-        modes[eng.name] = ((lambda c=compiled: [c.processor(max_tokens)]) if isinstance(eng, Toolgate)
+        modes[eng.name] = ((lambda c=compiled: [c.matcher(max_tokens)]) if isinstance(eng, Toolgate)
                            else (lambda e=eng, c=compiled: [PeerProcessor(e, c)]))
     return alternating_rates(model, tok, prompt, max_tokens, runs, modes, progress=True)
 
@@ -407,8 +408,8 @@ def tool_bench(families, sizes, limit):
     for family in families:
         hf = AutoTokenizer.from_pretrained(str(SHARED / "tokenizers" / bench_tools.TOKENIZER_OF[family]))
         tools, _ = bench_tools.usable(hf, family, pool, max(sizes))
-        vocab = toolcalls._tool_vocab(engine.build_vocab(hf), engine.formats.load_format(family))
-        automaton._trie(vocab)
+        vocab = tool_vocab(engine.vocabulary.build_vocab(hf), engine.tools.load_format(family))
+        vocabulary_trie(vocab)
         info = None
         if family in XGRAMMAR_MODEL:
             try:
@@ -545,7 +546,7 @@ def report(args, records, names, rates, tool_rows, elapsed):
         f"subset (every k-th by id), {len({r['id'] for r in records})} in all; Qwen3 vocabulary (151,936 logits). "
         f"Each (engine, schema) job ran alone in a forked child with a {args.limit:g} s limit on the time to the "
         "first mask; one engine at a time, single-threaded.", "",
-        "Instances are written compactly in the schema's key order (`engine.instances.canonical_text`, the same "
+        "Instances are written compactly in the schema's key order (`tests/instances.py`, the same "
         "text for every engine), tokenized by the Qwen3 tokenizer and walked token by token; an instance counts as "
         "accepted when every token is allowed and the engine accepts the end. Under-constrained: an `invalid` "
         "instance accepted. Over-constrained: a `valid` instance rejected.", "",
@@ -681,7 +682,7 @@ def main():
     hf = AutoTokenizer.from_pretrained(str(SHARED / "tokenizers" / "qwen3"))
     log("setting up the engines (tokenizer conversions) ...")
     ours = Toolgate(tok)
-    peers = [LLGuidance(hf), XGrammar(hf), OutlinesCore(engine.build_vocab(tok))]
+    peers = [LLGuidance(hf), XGrammar(hf), OutlinesCore(engine.vocabulary.build_vocab(tok))]
     engines = [ours] + peers
     lenient = {"toolgate": Toolgate(tok, lenient=True), "llguidance": LLGuidance(hf, lenient=True)}
     names = [e.name for e in engines] + [e.name for e in lenient.values()]

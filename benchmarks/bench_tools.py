@@ -17,10 +17,12 @@ import os
 import platform
 import statistics
 import tempfile
+import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # random models, instances
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import mlx.core as mx  # noqa: E402
@@ -30,8 +32,11 @@ from transformers import AutoTokenizer  # noqa: E402
 
 import engine  # noqa: E402
 from common import alternating_rates, log, pct  # noqa: E402
-from engine import automaton, toolcalls  # noqa: E402
-from engine.models import write_random_model  # noqa: E402
+from engine.automata.index import vocabulary_trie  # noqa: E402
+from engine.json_schema import schema_to_regex  # noqa: E402
+from engine.tools.calls import normalize_tools  # noqa: E402
+from engine.tools.compile import tool_vocab  # noqa: E402
+from models import write_random_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOOLGATE_SHARED", ROOT.parent / "shared"))
@@ -67,7 +72,7 @@ def tool_pool(limit: int) -> list[dict]:
     for name in BFCL_FILES:
         for line in (SHARED / f"data/bfcl/{name}.jsonl").read_text().splitlines():
             for f in json.loads(line).get("function", []):
-                if f["name"] not in seen and engine.toolcalls.NAME_RE.fullmatch(f["name"]):
+                if f["name"] not in seen and engine.tools.calls.NAME_RE.fullmatch(f["name"]):
                     seen.add(f["name"])
                     tools.append({"type": "function", "function": {"name": f["name"], "parameters": conv(f["parameters"])}})
     for line in (SHARED / "data/mcp_tools/tools.jsonl").read_text().splitlines():
@@ -80,10 +85,7 @@ def tool_pool(limit: int) -> list[dict]:
 
 def forget() -> None:
     """Drop every in-memory cache (the disk cache is what TOOLGATE_CACHE_DIR points at)."""
-    automaton.AUTOMATA.clear()
-    toolcalls._LITERALS.clear()
-    toolcalls._GRAMMARS.clear()
-    toolcalls._TRANSLATIONS.clear()
+    engine.clear_caches(vocabularies=False)
 
 
 def fresh_disk() -> None:
@@ -97,8 +99,8 @@ def usable(tok, family, pool, n):
         if len(good) == n:
             break
         try:
-            toolcalls.normalize_tools([t])
-            toolcalls._translate(engine.schema.schema_key(t["function"]["parameters"]), engine.schema.WHITESPACE, True)
+            normalize_tools([t])
+            schema_to_regex(t["function"]["parameters"])
             good.append(t)
         except engine.ToolgateError as e:
             refused.append((t["function"]["name"], str(e)[:80]))
@@ -108,7 +110,7 @@ def usable(tok, family, pool, n):
 def compile_series(family, sizes, pool, eager_limit):
     tok = AutoTokenizer.from_pretrained(str(SHARED / "tokenizers" / TOKENIZER_OF[family]))
     tools, refused = usable(tok, family, pool, max(sizes) + 1)
-    automaton._trie(toolcalls._tool_vocab(engine.build_vocab(tok), engine.formats.load_format(family)))
+    vocabulary_trie(tool_vocab(engine.vocabulary.build_vocab(tok), engine.tools.load_format(family)))
     rows = []  # the vocabulary itself (built once per tokenizer and process) is left out of the timings
     for n in sizes:
         chosen, extra = tools[:n], tools[n]
@@ -185,7 +187,7 @@ def throughput(model, tok, runs, max_tokens):
 
     rates = alternating_rates(model, tok, prompt, max_tokens, runs, {
         "unconstrained": lambda: [], "floor: adding a zero mask": lambda: [zero_mask],
-        "tool call": lambda: [g.processor(max_tokens)]})
+        "tool call": lambda: [g.matcher(max_tokens)]})
     calls = []
     logits = mx.zeros((1, 151936))
     mx.eval(logits)
@@ -193,7 +195,7 @@ def throughput(model, tok, runs, max_tokens):
         mx.random.seed(seed)
         res = engine.generate(model, tok, "Write a note:", tools=g, max_tokens=max_tokens, sampler=make_sampler(temp=1.0))
         for _ in range(2):  # the second pass has every mask built
-            p = g.processor(max_tokens)
+            p = g.matcher(max_tokens)
             arrays = [mx.array([1, 2, 3] + res.token_ids[:i]) for i in range(len(res.token_ids) + 1)]
             mx.eval(arrays)
             times = []

@@ -1,46 +1,31 @@
-"""mlx-toolgate: grammar-constrained decoding for mlx-lm that always closes before max_tokens."""
+"""mlx-toolgate: grammar-constrained decoding for mlx-lm that always closes before max_tokens.
 
-from .errors import (
-    BudgetError,
-    CompileError,
-    GenerationError,
-    RequestError,
-    SchemaError,
-    TokenizerError,
-    ToolgateError,
-)
-from .formats import FORMATS, detect_format
-from .default_model import DEMO_TOOLS, build_default_model, load_default_model
-from .generate import Result, batch_generate, generate, stream_generate
-from .grammar import Grammar, compile_json_schema, compile_regex_grammar
-from .parser import ParsedOutput, StreamParser, accumulate_deltas
-from .processor import LogitsProcessor
-from .toolcalls import ToolGrammar, compile_tools
-from .vocabulary import Vocab, build_vocab
+Compile once (expensive, cached): ``compile_json_schema`` and ``compile_tools`` give a
+``Grammar`` or a ``ToolGrammar``. Match per request (cheap): ``grammar.matcher(max_tokens)``
+gives a ``Matcher``, an mlx-lm logits processor for one sequence. Or let ``generate``,
+``stream_generate`` and ``batch_generate`` do both, with a ``Request`` saying what to enforce.
+Errors derive from ``ToolgateError``; the kinds are in ``engine.errors``.
+"""
+
+from .caches import clear_caches
+from .default_model import load_default_model
+from .errors import ToolgateError
+from .generate import Request, Result, batch_generate, generate, stream_generate
+from .grammar import Grammar, compile_json_schema
+from .matcher import Matcher
+from .tools import ToolGrammar, accumulate_deltas, compile_tools, detect_format
 
 __all__ = [
-    "DEMO_TOOLS",
-    "BudgetError",
-    "CompileError",
-    "FORMATS",
-    "GenerationError",
     "Grammar",
-    "LogitsProcessor",
-    "ParsedOutput",
-    "RequestError",
+    "Matcher",
+    "Request",
     "Result",
-    "SchemaError",
-    "StreamParser",
-    "TokenizerError",
     "ToolGrammar",
     "ToolgateError",
-    "Vocab",
     "accumulate_deltas",
     "batch_generate",
-    "build_default_model",
-    "build_vocab",
+    "clear_caches",
     "compile_json_schema",
-    "compile_regex_grammar",
     "compile_tools",
     "detect_format",
     "generate",

@@ -66,7 +66,7 @@ def cmd_run(args) -> int:
     from mlx_lm.sample_utils import make_sampler
 
     from .default_model import DEMO_TOOLS
-    from .generate import generate, stream_generate
+    from .generate import Request, generate, stream_generate
 
     if args.max_tokens < 1:
         raise ToolgateError(f"--max-tokens must be at least 1, got {args.max_tokens}")
@@ -78,18 +78,18 @@ def cmd_run(args) -> int:
               + ", ".join(t["function"]["name"] for t in tools) + ")", file=sys.stderr)
     model, tokenizer = _model(args)
     mx.random.seed(args.seed)
-    options = dict(response_format=schema, tools=tools, tool_choice=_tool_choice(args.tool_choice),
-                   parallel_tool_calls=not args.no_parallel, format=args.format, thinking=args.thinking,
-                   max_tokens=args.max_tokens, sampler=make_sampler(temp=args.temp))
+    request = Request(response_format=schema, tools=tools, tool_choice=_tool_choice(args.tool_choice),
+                      parallel_tool_calls=not args.no_parallel, format=args.format, thinking=args.thinking,
+                      max_tokens=args.max_tokens, sampler=make_sampler(temp=args.temp))
     messages = [{"role": "user", "content": args.prompt}]
     t = time.perf_counter()
     if args.stream:
         result = None
-        for delta in stream_generate(model, tokenizer, messages, **options):
+        for delta in stream_generate(model, tokenizer, messages, request):
             result = delta.pop("result", None) or result
             print(json.dumps(delta, ensure_ascii=False), flush=True)
     else:
-        result = generate(model, tokenizer, messages, **options)
+        result = generate(model, tokenizer, messages, request)
     out = {"finish_reason": result.finish_reason, "usage": result.usage,
            "seconds": round(time.perf_counter() - t, 3), "errors": result.errors}
     if tools is not None:
@@ -101,7 +101,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_formats(args) -> int:
-    from .formats import FORMATS, detect_format, load_format
+    from .tools import FAMILIES, detect_format, load_format
     from .vocabulary import build_vocab
 
     tokenizer = _tokenizer(args)
@@ -111,7 +111,7 @@ def cmd_formats(args) -> int:
     except ToolgateError:
         resolved = None
     rows = []
-    for name in FORMATS:
+    for name in FAMILIES:
         texts = load_format(name).special_texts()
         found = {t: vocab.special.get(t) for t in texts}
         rows.append({"format": name, "usable": all(i is not None for i in found.values()),
@@ -122,7 +122,7 @@ def cmd_formats(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from .toolcalls import compile_tools
+    from .tools import compile_tools
 
     tokenizer = _tokenizer(args)
     tools = _tools(args)
@@ -134,10 +134,10 @@ def cmd_check(args) -> int:
         t = time.perf_counter()
         g = compile_tools(tokenizer, [tool], format=args.format, tool_choice="required", lazy=False)
         seconds = time.perf_counter() - t
-        pieces = [g.piece(0, p, 0) for p in range(len(g._specs[0]))]
+        pieces = [g.pieces.piece(0, p, 0) for p in range(len(g.calls[0].pieces))]
         report.append({"tool": g.tools[0].name, "format": g.format.name, "compile_seconds": round(seconds, 3),
                        "automaton_states": sum(a.num_states for a in pieces),
-                       "shortest_call_tokens": g.call_min(0),
+                       "shortest_call_tokens": g.pieces.call_min(0),
                        "unenforced": [f"{where}: {keyword}" for where, keyword in g.unenforced]})
     print(json.dumps(report, ensure_ascii=False, indent=2))
     return 0

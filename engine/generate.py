@@ -1,21 +1,56 @@
-"""Generation with mlx-lm under a Grammar: the one call most users need."""
+"""Generation with mlx-lm under a constraint: the one call most users need.
+
+``generate``, ``stream_generate`` and ``batch_generate`` share one options object, ``Request``:
+pass it, or its fields as keyword arguments (any other keyword goes to mlx-lm).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Iterator
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable, Iterator, Union
 
 import mlx.core as mx
 from mlx_lm import stream_generate as mlx_stream_generate
 
 from .errors import RequestError
-from .formats import Format, detect_format, load_format
 from .grammar import Grammar, compile_json_schema
-from .toolcalls import ToolGrammar, compile_tools
+from .tools import ToolGrammar, compile_tools, detect_format, load_format
+from .tools.tree import Format
+
+Prompt = Union[str, list]  # text, token ids, or chat messages
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one generation asks for. ``response_format``: a JSON schema, OpenAI's
+    ``{"type": "json_schema", ...}``/``{"type": "json_object"}``, or a compiled Grammar. ``tools``:
+    OpenAI tool definitions or a compiled ToolGrammar, with ``tool_choice`` ("auto", "required",
+    "none" or ``{"type": "function", "function": {"name": ...}}``), ``parallel_tool_calls``,
+    ``format`` (the family; detected from the tokenizer when None) and ``thinking`` (None, True,
+    False or "open"). ``sampler``: mlx-lm's sampler (greedy when None)."""
+
+    response_format: Any = None
+    tools: Any = None
+    tool_choice: str | dict = "auto"
+    parallel_tool_calls: bool = True
+    format: str | None = None
+    thinking: bool | str | None = None
+    max_tokens: int = 256
+    sampler: Callable | None = None
+
+    @classmethod
+    def split(cls, request: "Request | None", options: dict) -> tuple["Request", dict]:
+        """``request`` updated by the Request fields among ``options``, and the other options."""
+        names = {f.name for f in fields(cls)}
+        mine = {k: v for k, v in options.items() if k in names}
+        return replace(request or cls(), **mine), {k: v for k, v in options.items() if k not in names}
 
 
 @dataclass
 class Result:
+    """One generation's outcome. ``parsed`` is the JSON value under ``response_format``; with tools
+    the turn is read into ``content``, ``reasoning`` and ``tool_calls``."""
+
     text: str
     parsed: Any = None
     finish_reason: str = "stop"  # "stop" | "tool_calls" | "length" (only when the budget ended free text)
@@ -59,26 +94,26 @@ def _opened_thinking(tokenizer: Any, ids: list[int], fmt: Format) -> bool:
     return tokenizer.decode(ids[-4:]).rstrip().endswith(opener)
 
 
-def _setup(tokenizer: Any, prompt: Any, response_format: Any, tools: Any, tool_choice: Any,
-           parallel_tool_calls: bool, format: str | None, thinking: Any) -> tuple[Any, list[int]]:
+def _setup(tokenizer: Any, prompt: Prompt, request: Request) -> tuple[Any, list[int]]:
     """The compiled constraint (or None) and the prompt's token ids."""
-    if response_format is not None and tools is not None:
+    if request.response_format is not None and request.tools is not None:
         raise RequestError("pass either response_format or tools, not both")
     grammar = None
-    if response_format is not None:
-        grammar = response_format if isinstance(response_format, Grammar) else compile_json_schema(tokenizer, _schema_of(response_format))
-    tool_defs = tools
-    if isinstance(tools, ToolGrammar):  # the chat template still describes the offered tools
-        tool_defs = [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                       "parameters": t.parameters}} for t in tools.offered]
-    ids = _prompt_ids(tokenizer, prompt, tool_defs, thinking)
+    if request.response_format is not None:
+        rf = request.response_format
+        grammar = rf if isinstance(rf, Grammar) else compile_json_schema(tokenizer, _schema_of(rf))
+    tools, thinking = request.tools, request.thinking
+    tool_defs = [t.openai() for t in tools.offered] if isinstance(tools, ToolGrammar) else tools
+    ids = _prompt_ids(tokenizer, prompt, tool_defs, thinking)  # the chat template describes the tools
     if isinstance(tools, ToolGrammar):
         grammar = tools
     elif tools is not None:
-        if thinking is None and _opened_thinking(tokenizer, ids, load_format(format or detect_format(tokenizer))):
+        fmt = load_format(request.format or detect_format(tokenizer))
+        if thinking is None and _opened_thinking(tokenizer, ids, fmt):
             thinking = "open"
-        grammar = compile_tools(tokenizer, tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
-                                format=format, thinking=thinking)
+        grammar = compile_tools(tokenizer, tools, tool_choice=request.tool_choice,
+                                parallel_tool_calls=request.parallel_tool_calls, format=request.format,
+                                thinking=thinking)
     return grammar, ids
 
 
@@ -88,7 +123,7 @@ def _run(model: Any, tokenizer: Any, grammar: Any, ids: list[int], max_tokens: i
     if max_tokens < 1:
         raise RequestError(f"max_tokens must be at least 1, got {max_tokens}")
     processors = list(kwargs.pop("logits_processors", None) or [])
-    proc = grammar.processor(max_tokens) if grammar is not None else None
+    proc = grammar.matcher(max_tokens) if grammar is not None else None
     if proc is not None:
         processors.append(proc)
     eos = set(grammar.vocab.eos_ids) if grammar else set(tokenizer.eos_token_ids)
@@ -116,7 +151,6 @@ def _result(tokenizer: Any, grammar: Any, ids: list[int], out: list[int], flags:
             parsed = grammar.parse(out)
             result.content, result.reasoning, result.tool_calls = parsed.content, parsed.reasoning, parsed.tool_calls
             result.errors = parsed.errors
-            result.parsed = parsed
             result.finish_reason = "tool_calls" if parsed.tool_calls else "stop" if ended else "length"
         else:
             result.finish_reason = "length"
@@ -131,104 +165,79 @@ def _result(tokenizer: Any, grammar: Any, ids: list[int], out: list[int], flags:
     return result
 
 
-def generate(
-    model: Any,
-    tokenizer: Any,
-    prompt: Any,
-    *,
-    response_format: Any = None,
-    tools: Any = None,
-    tool_choice: Any = "auto",
-    parallel_tool_calls: bool = True,
-    format: str | None = None,
-    thinking: Any = None,
-    max_tokens: int = 256,
-    sampler: Any = None,
-    **kwargs: Any,
-) -> Result:
+def generate(model: Any, tokenizer: Any, prompt: Prompt, request: Request | None = None, **options: Any) -> Result:
     """Generate with mlx-lm under a constraint; ``prompt`` is text, token ids or chat messages
     (rendered with the tokenizer's chat template, tools included).
 
-    With ``response_format`` (a JSON schema, OpenAI's ``{"type": "json_schema", ...}`` or a
-    compiled Grammar) the text is complete, valid JSON within ``max_tokens``. With ``tools``
-    (OpenAI tool definitions, or a compiled ToolGrammar) every call names an offered tool, has
-    valid arguments and is closed within ``max_tokens``; see ``compile_tools`` for the modes.
+    ``request`` (or its fields as keyword arguments) says what to enforce: with ``response_format``
+    the text is complete, valid JSON within ``max_tokens``; with ``tools`` every call names an
+    offered tool, has valid arguments and is closed within ``max_tokens`` (see ``compile_tools``
+    for the modes). Other keyword arguments go to mlx-lm's ``stream_generate``.
     """
-    grammar, ids = _setup(tokenizer, prompt, response_format, tools, tool_choice, parallel_tool_calls, format, thinking)
+    request, kwargs = Request.split(request, options)
+    grammar, ids = _setup(tokenizer, prompt, request)
     out: list[int] = []
     flags: dict = {}
-    for _ in _run(model, tokenizer, grammar, ids, max_tokens, sampler, kwargs, out, flags):
+    for _ in _run(model, tokenizer, grammar, ids, request.max_tokens, request.sampler, kwargs, out, flags):
         pass
-    return _result(tokenizer, grammar, ids, out, flags, max_tokens)
+    return _result(tokenizer, grammar, ids, out, flags, request.max_tokens)
 
 
-def stream_generate(
-    model: Any,
-    tokenizer: Any,
-    prompt: Any,
-    *,
-    response_format: Any = None,
-    tools: Any = None,
-    tool_choice: Any = "auto",
-    parallel_tool_calls: bool = True,
-    format: str | None = None,
-    thinking: Any = None,
-    max_tokens: int = 256,
-    sampler: Any = None,
-    **kwargs: Any,
-) -> Iterator[dict]:
+def stream_generate(model: Any, tokenizer: Any, prompt: Prompt, request: Request | None = None,
+                    **options: Any) -> Iterator[dict]:
     """``generate``, streamed as OpenAI-style deltas: ``{"reasoning_content": s}``, ``{"content": s}``,
     for each call a header ``{"tool_calls": [{"index", "id", "type", "function": {"name", "arguments": ""}}]}``
     then argument fragments ``{"tool_calls": [{"index", "function": {"arguments": s}}]}``, and last
     ``{"finish_reason": ..., "usage": ..., "result": Result}``. ``accumulate_deltas`` puts them together."""
-    grammar, ids = _setup(tokenizer, prompt, response_format, tools, tool_choice, parallel_tool_calls, format, thinking)
+    request, kwargs = Request.split(request, options)
+    grammar, ids = _setup(tokenizer, prompt, request)
     out: list[int] = []
     flags: dict = {}
     stream = grammar.stream_parser() if isinstance(grammar, ToolGrammar) else None
-    for response in _run(model, tokenizer, grammar, ids, max_tokens, sampler, kwargs, out, flags):
+    for response in _run(model, tokenizer, grammar, ids, request.max_tokens, request.sampler, kwargs, out, flags):
         if stream is not None:
             yield from stream.feed([response.token])
         elif response.text:
             yield {"content": response.text}
-    result = _result(tokenizer, grammar, ids, out, flags, max_tokens)
+    result = _result(tokenizer, grammar, ids, out, flags, request.max_tokens)
     if stream is not None:  # the ids the client already received
         for call, sent in zip(result.tool_calls, stream.calls):
             call["id"] = sent["id"]
     yield {"finish_reason": result.finish_reason, "usage": result.usage, "result": result}
 
 
-_REQUEST_KEYS = {"prompt", "response_format", "tools", "tool_choice", "parallel_tool_calls", "format", "thinking",
-                 "max_tokens", "sampler"}
-
-
-def batch_generate(model: Any, tokenizer: Any, requests: list[dict], *, max_tokens: int = 256,
+def batch_generate(model: Any, tokenizer: Any, requests: list, *, max_tokens: int = 256,
                    sampler: Any = None, **kwargs: Any) -> list[Result]:
     """Several requests in one mlx-lm ``BatchGenerator``, each under its own constraint.
 
-    Each request is a dict with ``prompt`` and any of ``generate``'s options (response_format,
-    tools, tool_choice, parallel_tool_calls, format, thinking, max_tokens, sampler). Every
-    sequence gets its own processor and its own end tokens; nothing is shared between them.
+    Each item is ``(prompt, Request)`` or a dict with ``prompt`` and any Request fields (for a
+    dict, ``max_tokens`` and ``sampler`` here are the defaults it may leave out). Every
+    sequence gets its own matcher and its own end tokens; nothing is shared between them.
     Other keyword arguments go to ``BatchGenerator``.
     """
     from mlx_lm.generate import BatchGenerator, StopSequences
 
     setups = []
-    for i, request in enumerate(requests):
-        unknown = set(request) - _REQUEST_KEYS
-        if unknown or "prompt" not in request:
-            raise RequestError(f"request {i}: needs 'prompt'; unknown keys {sorted(unknown)}")
-        grammar, ids = _setup(tokenizer, request["prompt"], request.get("response_format"), request.get("tools"),
-                              request.get("tool_choice", "auto"), request.get("parallel_tool_calls", True),
-                              request.get("format"), request.get("thinking"))
-        budget = request.get("max_tokens", max_tokens)
-        processor = grammar.processor(budget) if grammar is not None else None
+    for i, item in enumerate(requests):
+        if isinstance(item, dict):
+            if "prompt" not in item:
+                raise RequestError(f"request {i}: needs 'prompt'")
+            options = {k: v for k, v in item.items() if k != "prompt"}
+            request, unknown = Request.split(Request(max_tokens=max_tokens, sampler=sampler), options)
+            if unknown:
+                raise RequestError(f"request {i}: unknown keys {sorted(unknown)}")
+            prompt = item["prompt"]
+        else:
+            prompt, request = item
+        grammar, ids = _setup(tokenizer, prompt, request)
+        matcher = grammar.matcher(request.max_tokens) if grammar is not None else None
         eos = grammar.vocab.eos_ids if grammar is not None else sorted(tokenizer.eos_token_ids)
-        setups.append((grammar, ids, budget, processor, eos))
+        setups.append((request, grammar, ids, matcher, eos))
     gen = BatchGenerator(model, sampler=sampler, **kwargs)
     try:
-        uids = gen.insert([ids for _, ids, _, _, _ in setups], max_tokens=[b for _, _, b, _, _ in setups],
-                          samplers=[r.get("sampler") for r in requests],
-                          logits_processors=[[p] if p is not None else [] for _, _, _, p, _ in setups],
+        uids = gen.insert([ids for _, _, ids, _, _ in setups], max_tokens=[r.max_tokens for r, *_ in setups],
+                          samplers=[r.sampler for r, *_ in setups],
+                          logits_processors=[[m] if m is not None else [] for _, _, _, m, _ in setups],
                           stop_sequences=[StopSequences([[t] for t in eos]) for *_, eos in setups])
         outs: dict[int, list[int]] = {uid: [] for uid in uids}
         flags: dict[int, dict] = {uid: {} for uid in uids}
@@ -240,5 +249,5 @@ def batch_generate(model: Any, tokenizer: Any, requests: list[dict], *, max_toke
                     outs[r.uid].append(r.token)
     finally:
         gen.close()
-    return [_result(tokenizer, g, ids, outs[uid], flags[uid], budget)
-            for uid, (g, ids, budget, _, _) in zip(uids, setups)]
+    return [_result(tokenizer, g, ids, outs[uid], flags[uid], request.max_tokens)
+            for uid, (request, g, ids, _, _) in zip(uids, setups)]

@@ -1,4 +1,4 @@
-"""Compile once, match per request: a Grammar is the cached, shareable half."""
+"""A JSON schema or a regex compiled into a Grammar: the cached, shareable half of compile/match."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from typing import Any
 import jsonschema
 import mlx.core as mx
 
-from .automaton import DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT, Automaton, MaskTable, _LRU, compile_regex
+from .automata import Automaton, MaskTable, compile_regex
+from .automata.builders import DEFAULT_TIMEOUT
+from .caches import Cache
 from .errors import SchemaError
-from .processor import LogitsProcessor
-from .schema import WHITESPACE, schema_key, schema_to_regex
+from .json_schema import WHITESPACE, schema_key, schema_to_regex
+from .matcher import Matcher
 from .vocabulary import Vocab, build_vocab
 
 
@@ -34,7 +36,7 @@ class Grammar:
         """The fewest tokens of any valid output (EOS not counted)."""
         return self.automaton.min_tokens
 
-    # The matching protocol the processor drives (a ToolGrammar implements it too).
+    # The Constraint protocol the Matcher drives (a ToolGrammar implements it too).
     initial_state = 0
 
     def step(self, state: int, token: int, left: int) -> int | None:
@@ -54,9 +56,9 @@ class Grammar:
     def eos_mask(self, width: int) -> mx.array:
         return self.mask_table(width).eos_only
 
-    def processor(self, max_tokens: int) -> LogitsProcessor:
-        """A fresh per-request processor; raises BudgetError below ``min_tokens``."""
-        return LogitsProcessor(self, max_tokens)
+    def matcher(self, max_tokens: int) -> Matcher:
+        """A fresh per-request matcher (an mlx-lm logits processor); raises BudgetError below ``min_tokens``."""
+        return Matcher(self, max_tokens)
 
     def mask_table(self, width: int) -> MaskTable:
         with self._lock:
@@ -78,23 +80,14 @@ class Grammar:
         return value, errors
 
 
-_GRAMMARS = _LRU(DEFAULT_MEMORY_BYTES)  # compiled grammars, bounded by their automata's bytes
-
-
-def _cached(key: tuple, build) -> Grammar:
-    g = _GRAMMARS.get(key)
-    if g is None:
-        g = build()
-        _GRAMMARS.put(key, g, g.automaton.nbytes + len(g.regex))
-        g = _GRAMMARS.get(key) or g  # another thread may have put its copy first
-    return g
+GRAMMARS = Cache("grammars", 1 << 30, lambda g: g.automaton.nbytes + len(g.regex))
 
 
 def compile_regex_grammar(tokenizer: Any, regex: str, *, timeout: float | None = DEFAULT_TIMEOUT) -> Grammar:
     """A Grammar for a raw regex over the output text (special tokens via ``vocab.symbol``)."""
     vocab = build_vocab(tokenizer)
-    return _cached(("regex", vocab.fingerprint, regex),
-                   lambda: Grammar(vocab, compile_regex(regex, vocab, timeout=timeout), regex))
+    return GRAMMARS.get_or_build(("regex", vocab.fingerprint, regex),
+                                 lambda: Grammar(vocab, compile_regex(regex, vocab, timeout=timeout), regex))
 
 
 def compile_json_schema(
@@ -124,7 +117,7 @@ def compile_json_schema(
     except (TypeError, ValueError) as e:
         raise SchemaError(f"schema is not JSON data: {e}") from None
     key = ("schema", vocab.fingerprint, text, whitespace, strict, max_depth)
-    found = _GRAMMARS.get(key)
+    found = GRAMMARS.get(key)
     if found is not None:  # checked when it was compiled
         return found
     try:
@@ -137,4 +130,4 @@ def compile_json_schema(
         t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth)
         return Grammar(vocab, compile_regex(t.regex, vocab, timeout=timeout), t.regex, schema, t.unenforced)
 
-    return _cached(key, build)
+    return GRAMMARS.get_or_build(key, build)

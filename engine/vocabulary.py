@@ -1,7 +1,7 @@
 """Token bytes for any Hugging Face / mlx-lm tokenizer, with added tokens as atomic symbols.
 
 Every ordinary token maps to the exact bytes it decodes to. Every added token (``<tool_call>``,
-``<|im_end|>``, ``[TOOL_CALLS]`` ...) maps to one private-use character (U+E000 + i), so a regex
+``<|im_end|>``, ``[TOOL_CALLS]`` ...) maps to one private-use character (see symbols), so a regex
 can ask for the token itself and ordinary text can never spell it. Ordinary tokens holding the
 byte 0xEE (the UTF-8 lead byte of U+E000..U+EFFF) are dropped so they cannot forge a symbol.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -18,11 +17,9 @@ from typing import Any
 import numpy as np
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
+from .caches import Cache
 from .errors import TokenizerError
-
-PUA_BASE = 0xE000
-PUA_LIMIT = 0x1000  # U+E000..U+EFFF all start with UTF-8 byte 0xEE
-FORGE_BYTE = 0xEE
+from .symbols import FORGE_BYTE, TOKEN_SLOTS, token_symbol
 
 # Added tokens that end a turn or a text even when the tokenizer names only one EOS.
 _END_TOKENS = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<|end|>")
@@ -89,17 +86,24 @@ class Vocab:
             token_id = self.special[text]
         except KeyError:
             raise TokenizerError(f"tokenizer {self.name!r} has no added token {text!r}") from None
-        return self._symbols[token_id]
+        return self.symbols[token_id]
 
     def has_token(self, text: str) -> bool:
         return text in self.special
 
     @cached_property
-    def _symbols(self) -> dict[int, str]:
+    def symbols(self) -> dict[int, str]:
+        """Added token id -> its private-use character (end-of-sequence ids have none)."""
         ordered = sorted(i for i in self.special.values() if i not in self.eos_ids)
-        if len(ordered) > PUA_LIMIT - 3:  # the top three are the automaton's START and END and the call macro
-            raise TokenizerError(f"{len(ordered)} added tokens exceed the {PUA_LIMIT - 3} symbol slots")
-        return {i: chr(PUA_BASE + k) for k, i in enumerate(ordered)}
+        if len(ordered) > TOKEN_SLOTS:
+            raise TokenizerError(f"{len(ordered)} added tokens exceed the {TOKEN_SLOTS} symbol slots")
+        return {i: token_symbol(k) for k, i in enumerate(ordered)}
+
+    def with_eos(self, eos_ids: tuple[int, ...]) -> "Vocab":
+        """The same vocabulary with other end-of-sequence ids."""
+        if eos_ids == self.eos_ids:
+            return self
+        return Vocab(self.token_bytes, self.special, eos_ids, self.size, self.name, self.dropped)
 
     @cached_property
     def outlines_map(self) -> dict[bytes, list[int]]:
@@ -108,7 +112,7 @@ class Vocab:
         for i, b in enumerate(self.token_bytes):
             if b:
                 out.setdefault(b, []).append(i)
-        for i, ch in self._symbols.items():
+        for i, ch in self.symbols.items():
             out.setdefault(ch.encode(), []).append(i)
         return out
 
@@ -135,7 +139,7 @@ class Vocab:
         return np.asarray(self.eos_ids, dtype=np.int64)
 
 
-_CACHE: "weakref.WeakKeyDictionary[Any, Vocab]" = weakref.WeakKeyDictionary()
+VOCABS = Cache("vocabularies", 16, per_vocabulary=True)  # by tokenizer object: reading a vocabulary takes about a second
 
 
 def build_vocab(tokenizer: Any, *, size: int | None = None, eos_ids: list[int] | None = None) -> Vocab:
@@ -146,8 +150,8 @@ def build_vocab(tokenizer: Any, *, size: int | None = None, eos_ids: list[int] |
     """
     cacheable = eos_ids is None
     try:
-        cached = _CACHE.get(tokenizer) if cacheable else None
-    except TypeError:
+        cached = VOCABS.get(tokenizer) if cacheable else None
+    except TypeError:  # an unhashable tokenizer is read every time
         cached = None
     if cached is not None and (size is None or cached.size == size):
         return cached
@@ -189,7 +193,7 @@ def build_vocab(tokenizer: Any, *, size: int | None = None, eos_ids: list[int] |
     )
     if cacheable:
         try:
-            _CACHE[tokenizer] = out
+            VOCABS.put(tokenizer, out)
         except TypeError:
             pass
     return out

@@ -45,7 +45,7 @@ def tiny_model(tmp_path_factory):
     """A random-weight Qwen3-architecture model with the real Qwen3 vocabulary (151,936 logits)."""
     import mlx_lm
 
-    from engine.models import write_random_model
+    from models import write_random_model
 
     folder = write_random_model(need_shared(TOKENIZERS / "qwen3"), tmp_path_factory.mktemp("tiny-qwen3"),
                                 vocab_size=151936)

@@ -10,7 +10,7 @@ from mlx_lm.sample_utils import make_sampler
 
 import engine
 from conftest import TOKENIZERS, need_shared
-from engine.models import write_random_model
+from models import write_random_model
 from tooldata import mcp_tools
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
@@ -77,7 +77,7 @@ def test_batch_rejects_bad_requests_before_generation(models):
     model, _, tok = models
     with pytest.raises(ValueError, match="needs 'prompt'"):
         engine.batch_generate(model, tok, [{"response_format": PERSON}])
-    with pytest.raises(engine.BudgetError):
+    with pytest.raises(engine.errors.BudgetError):
         engine.batch_generate(model, tok, [{"prompt": "x", "response_format": PERSON, "max_tokens": 2}])
 
 

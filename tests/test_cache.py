@@ -3,9 +3,9 @@
 import time
 
 import engine
-from engine import automaton
-from engine.automaton import AUTOMATA, automaton_key, cache_dir, compile_regex
-from engine.schema import schema_to_regex
+from engine.automata import AUTOMATA, automaton_key, compile_regex, store
+from engine.grammar import GRAMMARS
+from engine.json_schema import schema_to_regex
 
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string", "maxLength": 4}, "n": {"type": "integer"}},
           "required": ["q"]}
@@ -14,13 +14,14 @@ SCHEMA = {"type": "object", "properties": {"q": {"type": "string", "maxLength": 
 def test_repeat_compile_hits_every_cache(qwen3_tokenizer):
     tok = qwen3_tokenizer
     g1 = engine.compile_json_schema(tok, SCHEMA)
-    t = time.perf_counter()
+    hits, lookups = GRAMMARS.hits, AUTOMATA.hits + AUTOMATA.misses
     g2 = engine.compile_json_schema(tok, dict(reversed(list(SCHEMA.items()))))
-    assert g2 is g1 and time.perf_counter() - t < 0.05
-    vocab = engine.build_vocab(tok)
+    # the same grammar, from the grammar cache, without translating or looking up an automaton
+    assert g2 is g1 and GRAMMARS.hits == hits + 1 and AUTOMATA.hits + AUTOMATA.misses == lookups
+    vocab = engine.vocabulary.build_vocab(tok)
     regex = schema_to_regex(SCHEMA).regex
     key = automaton_key(regex, vocab)
-    assert (cache_dir() / f"{key}.npz").exists()
+    assert (store.cache_dir() / f"{key}.npz").exists()
     AUTOMATA.clear()
     hits = AUTOMATA.hits
     a = compile_regex(regex, vocab)  # from disk
@@ -30,25 +31,25 @@ def test_repeat_compile_hits_every_cache(qwen3_tokenizer):
 
 
 def test_corrupt_disk_entry_is_rebuilt(qwen3_tokenizer):
-    vocab = engine.build_vocab(qwen3_tokenizer)
+    vocab = engine.vocabulary.build_vocab(qwen3_tokenizer)
     regex = schema_to_regex({"enum": ["alpha", "beta"]}).regex
     first = compile_regex(regex, vocab)
-    path = cache_dir() / f"{automaton_key(regex, vocab)}.npz"
+    path = store.cache_dir() / f"{automaton_key(regex, vocab)}.npz"
     path.write_bytes(b"not an npz file")
     AUTOMATA.clear()
     again = compile_regex(regex, vocab)
     assert again.num_states == first.num_states
-    assert automaton._load(path, again.key) is not None  # rewritten, valid
-    assert automaton._load(path, "another key") is None  # a file for another key is not trusted
+    assert store.load(path, again.key) is not None  # rewritten, valid
+    assert store.load(path, "another key") is None  # a file for another key is not trusted
 
 
 def test_bounded_compile_times_out_cleanly(qwen3_tokenizer):
-    vocab = engine.build_vocab(qwen3_tokenizer)
+    vocab = engine.vocabulary.build_vocab(qwen3_tokenizer)
     regex = schema_to_regex({"type": "string", "maxLength": 250}).regex + "x"
     t = time.perf_counter()
     try:
         compile_regex(regex, vocab, timeout=0.5)
-    except engine.CompileError as e:
+    except engine.errors.CompileError as e:
         assert "0.5 s" in str(e)
     else:
         raise AssertionError("a 250-character string automaton cannot build in 0.5 s here")

@@ -27,7 +27,7 @@ def default_model(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def random_qwen3(tmp_path_factory):
-    from engine.models import write_random_model
+    from models import write_random_model
 
     return str(write_random_model(need_shared(TOKENIZERS / "qwen3"), tmp_path_factory.mktemp("rq"), vocab_size=151936))
 

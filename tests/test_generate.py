@@ -9,7 +9,7 @@ import pytest
 from mlx_lm.sample_utils import make_sampler
 
 import engine
-from engine import BudgetError, GenerationError
+from engine.errors import BudgetError, GenerationError
 
 SCHEMAS = [
     {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
@@ -63,7 +63,7 @@ def test_budget_sweep_from_the_minimum(tiny_model):
     for max_tokens in range(m, m + 41):
         check(run(model, tok, schema, max_tokens, seed=max_tokens), schema, max_tokens)
     with pytest.raises(BudgetError, match=f"needs {m} tokens"):
-        g.processor(m - 1)
+        g.matcher(m - 1)
     with pytest.raises(BudgetError):
         engine.generate(model, tok, "x", response_format=schema, max_tokens=m - 1)
 
@@ -86,7 +86,7 @@ def test_processor_under_plain_mlx_lm_generate(tiny_model):
     model, tok = tiny_model
     g = engine.compile_json_schema(tok, SCHEMAS[1])
     for max_tokens in (g.min_tokens, 20, 60):
-        proc = g.processor(max_tokens)
+        proc = g.matcher(max_tokens)
         mx.random.seed(max_tokens)
         text = mlx_lm.generate(model, tok, "A long prompt with several tokens in it", max_tokens=max_tokens,
                                sampler=make_sampler(temp=1.0), logits_processors=[proc])
@@ -97,7 +97,7 @@ def test_processor_under_plain_mlx_lm_generate(tiny_model):
 def test_processor_refuses_foreign_tokens(tiny_model):
     _, tok = tiny_model
     g = engine.compile_json_schema(tok, SCHEMAS[1])
-    proc = g.processor(30)
+    proc = g.matcher(30)
     logits = mx.zeros((1, 151936))
     proc(mx.array([1, 2, 3]), logits)
     with pytest.raises(GenerationError, match="not allowed"):
@@ -107,7 +107,7 @@ def test_processor_refuses_foreign_tokens(tiny_model):
 def test_masks_never_empty_and_eos_forced_at_the_end(tiny_model):
     _, tok = tiny_model
     g = engine.compile_json_schema(tok, SCHEMAS[1])
-    proc = g.processor(g.min_tokens)
+    proc = g.matcher(g.min_tokens)
     prompt = [1, 2]
     logits = mx.zeros((1, 151936))
     seq = list(prompt)
@@ -119,22 +119,31 @@ def test_masks_never_empty_and_eos_forced_at_the_end(tiny_model):
     assert proc.ended and seq[-1] in g.vocab.eos_ids
 
 
-def test_independent_processors_share_nothing(tiny_model):
-    model, tok = tiny_model
+def test_independent_matchers_share_nothing(tiny_model):
+    """Two matchers of one grammar, driven in turns along different outputs: each one's state is
+    the automaton's state for its own tokens, as if the other did not exist."""
+    _, tok = tiny_model
     g = engine.compile_json_schema(tok, SCHEMAS[0])
-    p1, p2 = g.processor(40), g.processor(40)
+    texts = ['{"name":"Ann","age":41}', '{ "name": "Bob", "age": 7, "tags": ["x"] }']
+    outputs = [tok.encode(t, add_special_tokens=False) for t in texts]
+    matchers = [g.matcher(40), g.matcher(40)]
+    prompts = [[5], [9, 9]]
     logits = mx.zeros((1, 151936))
-    p1(mx.array([5]), logits)
-    p1(mx.array([5, tok.encode("{", add_special_tokens=False)[0]]), logits)
-    assert p2.state == 0 and p2.consumed == []
-    assert p1.state != 0
+    for n in range(max(map(len, outputs)) + 1):
+        for m, prompt, out in zip(matchers, prompts, outputs):
+            if n <= len(out):
+                row = m(mx.array(prompt + out[:n]), logits)
+                if n < len(out):
+                    assert row[0, out[n]].item() == 0  # the next token of its own output is allowed
+                assert m.state == g.automaton.walk(out[:n])
+    assert all(m.accepting for m in matchers)
 
 
 def test_end_tokens_after_the_end_are_tolerated_others_refused(tiny_model):
     """mlx-lm builds one step past EOS before it stops: that call must not fail."""
     _, tok = tiny_model
     g = engine.compile_json_schema(tok, {"enum": ["yes"]})
-    proc = g.processor(10)
+    proc = g.matcher(10)
     logits = mx.zeros((1, 151936))
     seq = [7]
     proc(mx.array(seq), logits)

@@ -14,7 +14,7 @@ from mlx_lm.sample_utils import make_sampler
 
 import engine
 from conftest import DATA, need_shared
-from engine.instances import canonical_text
+from instances import canonical_text
 
 # The fewest of the 8 sampled schemas each subset must compile (measured: 8, 7, 1; JsonSchemaStore
 # schemas lean on oneOf with overlapping branches, not, if/then/else, which strict mode refuses).

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import engine
 from conftest import DATA, load_tokenizer, need_shared
-from engine import automaton, grammar
-from engine.automaton import automaton_key
+from engine.automata import AUTOMATA, automaton_key, builders, compile_regex, store
+from engine.grammar import GRAMMARS
 from engine.vocabulary import build_vocab
 
 TRIED: dict[str, int] = {}
@@ -42,19 +42,19 @@ def obj(prop):
 # ---- bad requests: a specific exception naming the tool, keyword and pointer, before generation ----
 
 BAD_TOOLS = [
-    ("not JSON", "{not json", engine.SchemaError, None, None, None, "not valid JSON"),
-    ("duplicate names", [tool("f"), tool("f")], engine.SchemaError, "f", None, None, "offered twice"),
-    ("unwritable name", [tool("a b<")], engine.SchemaError, "a b<", None, None, "cannot carry"),
-    ("parameters not an object", [tool("f", {"type": "string"})], engine.SchemaError, "f", "type", "#/parameters", "object schema"),
-    ("missing $ref", [tool("f", obj({"$ref": "#/$defs/x"}))], engine.SchemaError, "f", "$ref", "#/properties/a", "points to nothing"),
-    ("remote $ref", [tool("f", obj({"$ref": "https://example.com/s.json"}))], engine.SchemaError, "f", "$ref", "#/properties/a", "only local"),
-    ("false", [tool("f", obj(False))], engine.SchemaError, "f", "false", "#/properties/a", "accepts nothing"),
-    ("contradictory types", [tool("f", obj({"allOf": [{"type": "string"}, {"type": "integer"}]}))], engine.SchemaError, "f", "allOf", "#/properties/a", "different types"),
-    ("minimum above maximum", [tool("f", obj({"type": "integer", "minimum": 5, "maximum": 1}))], engine.SchemaError, "f", "maximum", "#/properties/a", "between 5 and 1"),
-    ("lookbehind pattern", [tool("f", obj({"type": "string", "pattern": "(?<=a)b"}))], engine.SchemaError, "f", "pattern", "#/properties/a/pattern", "cannot enforce"),
-    ("invalid pattern", [tool("f", obj({"type": "string", "pattern": "(ab"}))], engine.SchemaError, "f", "format", "#/properties/a/pattern", "'regex'"),
-    ("enormous enum", [tool("f", obj({"enum": [f"v{i}" for i in range(20000)]}))], engine.SchemaError, "f", "enum", "#/properties/a", "20000 values"),
-    ("unsupported keyword", [tool("f", obj({"not": {"type": "string"}}))], engine.SchemaError, "f", "not", "#/properties/a", "cannot be expressed"),
+    ("not JSON", "{not json", engine.errors.SchemaError, None, None, None, "not valid JSON"),
+    ("duplicate names", [tool("f"), tool("f")], engine.errors.SchemaError, "f", None, None, "offered twice"),
+    ("unwritable name", [tool("a b<")], engine.errors.SchemaError, "a b<", None, None, "cannot carry"),
+    ("parameters not an object", [tool("f", {"type": "string"})], engine.errors.SchemaError, "f", "type", "#/parameters", "object schema"),
+    ("missing $ref", [tool("f", obj({"$ref": "#/$defs/x"}))], engine.errors.SchemaError, "f", "$ref", "#/properties/a", "points to nothing"),
+    ("remote $ref", [tool("f", obj({"$ref": "https://example.com/s.json"}))], engine.errors.SchemaError, "f", "$ref", "#/properties/a", "only local"),
+    ("false", [tool("f", obj(False))], engine.errors.SchemaError, "f", "false", "#/properties/a", "accepts nothing"),
+    ("contradictory types", [tool("f", obj({"allOf": [{"type": "string"}, {"type": "integer"}]}))], engine.errors.SchemaError, "f", "allOf", "#/properties/a", "different types"),
+    ("minimum above maximum", [tool("f", obj({"type": "integer", "minimum": 5, "maximum": 1}))], engine.errors.SchemaError, "f", "maximum", "#/properties/a", "between 5 and 1"),
+    ("lookbehind pattern", [tool("f", obj({"type": "string", "pattern": "(?<=a)b"}))], engine.errors.SchemaError, "f", "pattern", "#/properties/a/pattern", "cannot enforce"),
+    ("invalid pattern", [tool("f", obj({"type": "string", "pattern": "(ab"}))], engine.errors.SchemaError, "f", "format", "#/properties/a/pattern", "'regex'"),
+    ("enormous enum", [tool("f", obj({"enum": [f"v{i}" for i in range(20000)]}))], engine.errors.SchemaError, "f", "enum", "#/properties/a", "20000 values"),
+    ("unsupported keyword", [tool("f", obj({"not": {"type": "string"}}))], engine.errors.SchemaError, "f", "not", "#/properties/a", "cannot be expressed"),
 ]
 
 
@@ -77,26 +77,26 @@ def test_bad_tools_are_named_before_generation(case):
 def test_bad_request_options():
     tok = load_tokenizer("qwen3")
     tools = [tool("f")]
-    with pytest.raises(engine.RequestError, match="'g', which is not among the offered"):
+    with pytest.raises(engine.errors.RequestError, match="'g', which is not among the offered"):
         engine.compile_tools(tok, tools, tool_choice={"type": "function", "function": {"name": "g"}})
-    with pytest.raises(engine.RequestError, match="tool_choice must be"):
+    with pytest.raises(engine.errors.RequestError, match="tool_choice must be"):
         engine.compile_tools(tok, tools, tool_choice="sometimes")
-    with pytest.raises(engine.RequestError, match="unknown tool-call format"):
+    with pytest.raises(engine.errors.RequestError, match="unknown tool-call format"):
         engine.compile_tools(tok, tools, format="nope")
-    with pytest.raises(engine.TokenizerError, match="special tokens"):
+    with pytest.raises(engine.errors.TokenizerError, match="special tokens"):
         engine.compile_tools(load_tokenizer("llama3"), tools, format="hermes")
-    with pytest.raises(engine.BudgetError, match="max_tokens=3"):
-        engine.compile_tools(tok, tools, tool_choice="required").processor(3)
-    with pytest.raises(engine.BudgetError):
-        engine.compile_json_schema(tok, {"const": "the quick brown fox jumps over the lazy dog, again and again"}).processor(5)
+    with pytest.raises(engine.errors.BudgetError, match="max_tokens=3"):
+        engine.compile_tools(tok, tools, tool_choice="required").matcher(3)
+    with pytest.raises(engine.errors.BudgetError):
+        engine.compile_json_schema(tok, {"const": "the quick brown fox jumps over the lazy dog, again and again"}).matcher(5)
     for schema, keyword in [(False, "false"), ({"type": "number", "minimum": 3, "maximum": 2}, "maximum"),
                             ({"$ref": "#/definitions/nope"}, "$ref"), ({"type": "string", "pattern": "(?=x)"}, "pattern"),
                             ({"type": "integer", "minimum": "zero"}, "type")]:
-        with pytest.raises(engine.SchemaError) as e:
+        with pytest.raises(engine.errors.SchemaError) as e:
             engine.compile_json_schema(tok, schema)
         assert e.value.keyword == keyword, (schema, e.value)
-    assert all(issubclass(k, engine.ToolgateError) for k in (engine.SchemaError, engine.RequestError,
-               engine.TokenizerError, engine.BudgetError, engine.CompileError, engine.GenerationError))
+    assert all(issubclass(k, engine.ToolgateError) for k in (engine.errors.SchemaError, engine.errors.RequestError,
+               engine.errors.TokenizerError, engine.errors.BudgetError, engine.errors.CompileError, engine.errors.GenerationError))
 
 
 # ---- pathological schemas: bounded, clear, and the process stays healthy ----
@@ -132,9 +132,9 @@ def test_pathological_schemas_are_bounded(name):
         print(f"{name}: compiled in {time.perf_counter() - t:.1f} s, {g.automaton.num_states} states")
     assert time.perf_counter() - t < 8 + 20  # the bound, plus translating and killing the builder
     assert threading.active_count() == threads
-    idle = {b.proc.pid for _, b in automaton._IDLE}
+    idle = set(builders.idle_builders())
     assert {c.pid for c in multiprocessing.active_children()} <= idle  # no build left running
-    assert len(idle) <= automaton.MAX_IDLE_BUILDERS
+    assert len(idle) <= builders.MAX_IDLE_BUILDERS
     small = engine.compile_json_schema(tok, {"type": "object", "properties": {"n": {"type": "integer"}}})
     assert small.automaton.walk(tok.encode('{"n":12}', add_special_tokens=False)) >= 0
 
@@ -165,17 +165,17 @@ def test_a_killed_build_leaves_nothing_behind(tmp_path, monkeypatch):
     """A build stopped by its time bound writes no cache file and the next build works."""
     monkeypatch.setenv("TOOLGATE_CACHE_DIR", str(tmp_path))
     tok = load_tokenizer("qwen3")
-    with pytest.raises(engine.CompileError, match="longer than the 0.05 s limit"):
-        engine.compile_regex_grammar(tok, r"(a|b)*a(a|b){14}[a-z]{0,200}", timeout=0.05)
+    with pytest.raises(engine.errors.CompileError, match="longer than the 0.05 s limit"):
+        engine.grammar.compile_regex_grammar(tok, r"(a|b)*a(a|b){14}[a-z]{0,200}", timeout=0.05)
     assert list(tmp_path.iterdir()) == []
-    assert engine.compile_regex_grammar(tok, r"[0-9]{1,3}", timeout=30).automaton.num_states > 0
+    assert engine.grammar.compile_regex_grammar(tok, r"[0-9]{1,3}", timeout=30).automaton.num_states > 0
 
 
 def test_memory_bound_is_enforced():
     tok = load_tokenizer("qwen3")
     vocab = build_vocab(tok)
-    with pytest.raises(engine.CompileError, match="memory bound|transitions"):
-        automaton.compile_regex(r"[^\x00]{0,300}", vocab, max_memory=64 << 20, timeout=60)
+    with pytest.raises(engine.errors.CompileError, match="memory bound|transitions"):
+        compile_regex(r"[^\x00]{0,300}", vocab, max_memory=64 << 20, timeout=60)
 
 
 # ---- no silent loosening ----
@@ -185,7 +185,7 @@ def test_unenforced_keywords_are_refused_or_listed_and_checked():
     schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"},
                                                      "uniqueItems": True, "contains": {"const": 3}}},
               "required": ["a"]}
-    with pytest.raises(engine.SchemaError, match="contains"):
+    with pytest.raises(engine.errors.SchemaError, match="contains"):
         engine.compile_json_schema(tok, schema)
     g = engine.compile_json_schema(tok, schema, strict=False)
     assert ("#/properties/a", "contains") in g.unenforced
@@ -204,17 +204,17 @@ def test_processor_refuses_a_second_sequence(qwen3_tokenizer):
     g = engine.compile_json_schema(qwen3_tokenizer, {"type": "array", "items": {"type": "integer"}})
     width = g.vocab.size
     ids = qwen3_tokenizer.encode("[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]", add_special_tokens=False)
-    p = g.processor(100)
+    p = g.matcher(100)
     for i in range(len(ids) + 1):
         _run(p, [1, 2, 3], ids[:i], width)
-    with pytest.raises(engine.GenerationError, match="prompt differs"):
+    with pytest.raises(engine.errors.GenerationError, match="prompt differs"):
         _run(p, [9, 9, 9, 9], ids[:3], width)  # reused for another request
-    with pytest.raises(engine.GenerationError, match="went back"):
+    with pytest.raises(engine.errors.GenerationError, match="went back"):
         _run(p, [1, 2, 3], ids[:2], width)  # reused for a new run of the same prompt
     other = qwen3_tokenizer.encode("[7,7,7,7,7,7,7,7,7,7,7,7,7,7,7]", add_special_tokens=False)
-    with pytest.raises(engine.GenerationError, match="changed"):
+    with pytest.raises(engine.errors.GenerationError, match="changed"):
         _run(p, [1, 2, 3], other[:len(ids)] + ids[len(ids):], width)  # shared with another sequence
-    q = g.processor(100)
+    q = g.matcher(100)
     for i in range(4):
         _run(q, [1, 2, 3], ids[:i], width)
     _run(q, [1, 2, 3], ids[:2], width)  # a speculative draft taken back: followed, not refused
@@ -222,7 +222,7 @@ def test_processor_refuses_a_second_sequence(qwen3_tokenizer):
 
 def test_processors_share_nothing_mutable(qwen3_tokenizer):
     g = engine.compile_json_schema(qwen3_tokenizer, {"type": "array", "items": {"type": "integer"}})
-    a, b = g.processor(40), g.processor(40)
+    a, b = g.matcher(40), g.matcher(40)
     x = qwen3_tokenizer.encode("[1,2,3]", add_special_tokens=False)
     y = qwen3_tokenizer.encode("[45", add_special_tokens=False)
     for i in range(len(x) + 1):
@@ -245,8 +245,9 @@ def _arrays(g):
 
 
 def _forget():
-    grammar._GRAMMARS.clear()
-    automaton.AUTOMATA.clear()
+    """Forget compiled grammars and automata (the vocabulary's tables stay)."""
+    GRAMMARS.clear()
+    AUTOMATA.clear()
 
 
 _ALONE: dict = {}
@@ -295,7 +296,7 @@ def test_corrupt_or_foreign_cache_files_are_rebuilt(tmp_path, monkeypatch):
         path.write_bytes(damage)
         _forget()
         assert all(np.array_equal(x, y) for x, y in zip(_arrays(engine.compile_json_schema(tok, SCHEMAS[0])), good))
-        assert automaton._load(path, automaton_key(regex, vocab)) is not None  # rewritten whole
+        assert store.load(path, automaton_key(regex, vocab)) is not None  # rewritten whole
 
 
 def test_disk_cache_is_bounded(tmp_path, monkeypatch):
@@ -317,11 +318,11 @@ def test_disk_cache_is_bounded(tmp_path, monkeypatch):
 def test_memory_caches_are_bounded_by_bytes(monkeypatch):
     tok = load_tokenizer("qwen3")
     _forget()
-    monkeypatch.setattr(grammar._GRAMMARS, "max_bytes", 1)
-    monkeypatch.setattr(automaton.AUTOMATA, "max_bytes", 1)
+    monkeypatch.setattr(GRAMMARS, "max_size", 1)
+    monkeypatch.setattr(AUTOMATA, "max_size", 1)
     for s in SCHEMAS:
         engine.compile_json_schema(tok, s)
-    assert len(grammar._GRAMMARS.items) == 1 and len(automaton.AUTOMATA.items) == 1  # only the newest
+    assert len(GRAMMARS) == 1 and len(AUTOMATA) == 1  # only the newest
     _forget()
 
 
@@ -329,7 +330,7 @@ def test_memory_caches_are_bounded_by_bytes(monkeypatch):
 
 def _walk(g, max_tokens, rng):
     """A random client through the processor: every row must allow something."""
-    p = g.processor(max_tokens)
+    p = g.matcher(max_tokens)
     logits = mx.zeros((1, g.vocab.size))
     out = []
     for _ in range(max_tokens + 1):
@@ -404,16 +405,18 @@ TOOLS = [tool("get_weather", {"type": "object", "properties": {"city": {"type": 
 def test_every_family_always_allows_a_token(family):
     tok = load_tokenizer(FAMILIES[family])
     rng = np.random.default_rng(0)
-    walks = 0
     for choice in ("auto", "required"):
         g = engine.compile_tools(tok, TOOLS, format=family, tool_choice=choice)
         for extra in range(0, 40, 3):
-            ids = _walk(g, g.min_tokens + extra, rng)
+            budget = g.min_tokens + extra
+            ids = _walk(g, budget, rng)  # every row allowed a token, none was NaN
+            state = g.walk(ids, budget)
+            assert len(ids) <= budget and state is not None and g.is_final(state)
             parsed = g.parse(ids)
             assert parsed.errors == []
-            walks += 1
+            if choice == "required":
+                assert parsed.tool_calls
             tried(f"forward-progress walks ({family})")
-    assert walks == 28
 
 
 tool_names = st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True)
@@ -462,7 +465,7 @@ def test_parse_never_crashes_or_returns_half_calls(text):
     t = time.perf_counter()
     try:
         parsed = g.parse(text)
-    except engine.GenerationError:
+    except engine.errors.GenerationError:
         tried("parser inputs refused")
         return
     finally:
@@ -484,7 +487,7 @@ def test_parse_of_arbitrary_token_ids(ids):
     tried("token-id inputs")
     try:
         g.parse(ids)
-    except engine.GenerationError:
+    except engine.errors.GenerationError:
         pass
 
 

@@ -1,14 +1,20 @@
 """The JSON-schema translator: exact ranges, strict refusals, lenient bookkeeping."""
 
 import json
+import re
 
 import jsonschema
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from engine import SchemaError
-from engine.schema import schema_to_regex
-from regex_py import py_regex
+from engine.errors import SchemaError
+from engine.json_schema import schema_to_regex
+from engine.regexes import py_regex as python_spelling
+
+
+def py_regex(rust: str) -> re.Pattern:
+    """Our regex run by Python's re, to check the translator apart from the automaton builder."""
+    return re.compile(python_spelling(rust))
 
 bound = st.one_of(st.none(), st.integers(-1200, 1200))
 

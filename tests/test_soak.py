@@ -10,7 +10,6 @@ import mlx.core as mx
 from mlx_lm.sample_utils import make_sampler
 
 import engine
-from engine import automaton, grammar, toolcalls
 from test_tool_models import eager, model_for
 from test_toolcalls import TOKENIZER_OF, offered_tools
 
@@ -27,10 +26,7 @@ def rss_mb() -> float:
 
 def settle() -> float:
     """Memory with every cache the engine bounds emptied: what remains would be a leak."""
-    automaton.MASKS.clear()
-    automaton.AUTOMATA.clear()
-    grammar._GRAMMARS.clear()
-    toolcalls._GRAMMARS.clear()
+    engine.clear_caches()
     gc.collect()
     mx.clear_cache()
     return rss_mb()

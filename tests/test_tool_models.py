@@ -13,9 +13,8 @@ from mlx_lm.sample_utils import make_sampler
 
 from conftest import TOKENIZERS, need_shared
 from engine import compile_tools, generate
-from engine.models import write_random_model
-from test_toolcalls import TOKENIZER_OF, mlx_lm_calls, offered_tools
-from engine.formats import MLX_LM_PARSERS
+from models import write_random_model
+from test_toolcalls import MLX_LM_PARSERS, TOKENIZER_OF, mlx_lm_calls, offered_tools
 
 _models = {}
 
@@ -34,7 +33,7 @@ def model_for(family, tmp_path_factory):
 
 def eager(grammar, boost=12.0):
     """A client that likes special tokens (so calls do open in auto mode); runs before our mask."""
-    ids = sorted(grammar.vocab._symbols)
+    ids = sorted(grammar.vocab.symbols)
 
     def processor(tokens, logits):
         bias = np.zeros(logits.shape[-1], dtype=np.float32)
@@ -73,7 +72,7 @@ def test_generate_with_tools_on_a_random_model(family, tmp_path_factory):
         if result.tool_calls:
             assert result.finish_reason == "tool_calls"
             if family in MLX_LM_PARSERS:
-                p = g._parser()
+                p = g.parser()
                 text = p.plain(p.symbol_text(result.token_ids))
                 assert mlx_lm_calls(family, text, tools) == [
                     (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in result.tool_calls]

@@ -12,26 +12,21 @@ import json
 import re
 
 import jsonschema
-import lark
 import mlx.core as mx
 import numpy as np
 import pytest
 
 from conftest import TOKENIZERS, load_tokenizer, need_shared
-from engine import (
-    BudgetError,
-    FORMATS,
-    RequestError,
-    SchemaError,
-    TokenizerError,
-    accumulate_deltas,
-    compile_tools,
-    detect_format,
-)
-from engine.automaton import AUTOMATA, automaton_key
-from engine.formats import GRAMMAR_DIR, MLX_LM_PARSERS, load_format
+from engine import accumulate_deltas, compile_tools, detect_format
+from engine.automata import AUTOMATA, automaton_key
+from engine.errors import BudgetError, CompileError, RequestError, SchemaError, TokenizerError
+from engine.tools import FAMILIES as FORMATS
+from engine.tools import formats, load_format
 from tooldata import bfcl_tools, mcp_tools
 
+# mlx-lm's parser module for each family, where it has one (the cross-check below)
+MLX_LM_PARSERS = {"hermes": "json_tools", "qwen3_coder": "qwen3_coder", "kimi_k2": "kimi_k2",
+                  "glm47": "glm47", "glm45": "glm47", "mistral": "mistral", "mistral_args": "mistral"}
 TOKENIZER_OF = {"hermes": "qwen3", "qwen3_coder": "qwen3", "kimi_k2": "kimi-k2", "glm47": "glm4",
                 "glm45": "glm4", "harmony": "gpt-oss", "llama3_json": "llama3", "mistral": "mistral",
                 "mistral_args": "mistral"}
@@ -67,8 +62,8 @@ def tokenizer_for(family):
 def sample(grammar, max_tokens, rng, width=None, special_rate=0.3):
     """One output from the random client, through the processor exactly as mlx-lm calls it."""
     width = width or grammar.vocab.size
-    proc = grammar.processor(max_tokens)
-    symbols = np.asarray(sorted(grammar.vocab._symbols), dtype=np.int64)
+    proc = grammar.matcher(max_tokens)
+    symbols = np.asarray(sorted(grammar.vocab.symbols), dtype=np.int64)
     prompt = [1, 2, 3]
     out = []
     logits = mx.zeros((1, width))
@@ -126,16 +121,29 @@ def check_output(grammar, family, ids, tools, tool_choice, parallel, thinking):
     if thinking is False:
         assert parsed.reasoning is None
     if family in MLX_LM_PARSERS and n:
-        text = grammar._parser().plain(grammar._parser().symbol_text(ids))
+        text = grammar.parser().plain(grammar.parser().symbol_text(ids))
         theirs = mlx_lm_calls(family, text, tools)
         ours = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
         assert theirs == ours, text
     return parsed
 
 
-def test_format_files_are_lark():
+def test_format_files_are_read_by_lark():
+    """Every family's file loads through lark's grammar loader, and lark's own checks reach the user:
+    an undefined rule, an undeclared terminal or a syntax error is a CompileError naming the file."""
     for name in FORMATS:
-        lark.Lark((GRAMMAR_DIR / f"{name}.lark").read_text(), start="start")
+        fmt = load_format(name)
+        assert {"start", "call"} <= set(fmt.rules) and fmt.holes <= formats.HOLES
+    good = formats.grammar_text("hermes")
+    broken = {
+        "undefined rule": good.replace("content: TEXT", "content: TEXT missing_rule"),
+        "undeclared terminal": good.replace("%declare TEXT TOOL_NAME ARGUMENTS", "%declare TEXT TOOL_NAME"),
+        "syntax": good.replace("call: TOOL_CALL_OPEN", "call: TOOL_CALL_OPEN ((("),
+        "unknown hole": good.replace("%declare TEXT", "%declare SURPRISE TEXT"),
+    }
+    for what, text in broken.items():
+        with pytest.raises(CompileError, match="hermes.lark"):
+            formats.read_format("hermes", text)
 
 
 def test_detect_format():
@@ -195,7 +203,7 @@ def test_budget_sweep_never_leaves_a_call_open(family):
     tools = offered_tools(family)
     g = compile_tools(tok, tools, format=family, tool_choice="required")
     with pytest.raises(BudgetError, match=str(g.min_tokens)):
-        g.processor(g.min_tokens - 1)
+        g.matcher(g.min_tokens - 1)
     rng = np.random.default_rng(11)
     for budget in range(g.min_tokens, g.min_tokens + 41):
         ids, _ = sample(g, budget, rng, special_rate=0.0)
@@ -210,7 +218,7 @@ def test_auto_call_opens_only_with_room(family):
     """In auto mode a call can open only while the tokens left can hold the shortest call."""
     tok = load_tokenizer(TOKENIZER_OF[family])
     g = compile_tools(tok, offered_tools(), format=family)
-    shortest = min(g.call_min(ti) for ti in range(len(g.tools)))
+    shortest = min(g.pieces.call_min(ti) for ti in range(len(g.tools)))
     rng = np.random.default_rng(3)
     for budget in range(1, shortest + 25):
         ids, _ = sample(g, budget, rng, special_rate=0.9)
@@ -303,7 +311,7 @@ def test_bad_requests_fail_before_generation():
             "type": "object", "properties": {"x": {"type": "integer", "minimum": "zero"}}}}}])
     g = compile_tools(tok, tools, tool_choice="required")
     with pytest.raises(BudgetError, match="shortest valid turn"):
-        g.processor(g.min_tokens - 1)
+        g.matcher(g.min_tokens - 1)
 
 
 def test_compiled_once_and_per_tool():
@@ -313,22 +321,27 @@ def test_compiled_once_and_per_tool():
         "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}
     a = compile_tools(tok, tools[:3], format="hermes", lazy=False)
     assert compile_tools(tok, tools[:3], format="hermes", lazy=False) is a
-    before = set(AUTOMATA.items)
+    before = set(AUTOMATA.keys())
     b = compile_tools(tok, tools[:3] + [fresh], format="hermes", lazy=False)
     assert b is not a
     # the fourth tool's one argument piece is new; the outer automaton and the others are reused
-    assert len(set(AUTOMATA.items) - before) == 1
+    assert len(set(AUTOMATA.keys()) - before) == 1
     # lazily, a new tool's arguments compile when the model first calls it, not before
     other = {"type": "function", "function": {"name": "lazy_one", "parameters": {
         "type": "object", "properties": {"m": {"type": "integer"}}, "required": ["m"]}}}
     lazy = compile_tools(tok, tools[:3] + [other], format="hermes", tool_choice={"type": "function", "function": {"name": "lazy_one"}})
-    args = [automaton_key(p.text, lazy.vocab) for p in lazy._specs[0] if not p.literal]
-    assert len(args) == 1 and args[0] not in AUTOMATA.items
+    args = [automaton_key(p.text, lazy.vocab) for p in lazy.calls[0].pieces if not p.literal]
+    assert len(args) == 1 and args[0] not in AUTOMATA
     bound = lazy.min_tokens
     ids = tok.encode('<tool_call>\n{"name": "lazy_one", "arguments": {"m": 7}}\n</tool_call>', add_special_tokens=False)
     assert lazy.is_final(lazy.walk(ids))
-    assert args[0] in AUTOMATA.items
-    assert lazy.min_tokens <= bound  # the exact shortest call replaces the byte bound
+    assert args[0] in AUTOMATA
+    # budgets of a lazy grammar count arguments by their byte bound, compiled or not (so a request
+    # never depends on what earlier ones called); the bound is never below the exact count
+    assert lazy.min_tokens == bound
+    eager = compile_tools(tok, tools[:3] + [other], format="hermes", lazy=False,
+                          tool_choice={"type": "function", "function": {"name": "lazy_one"}})
+    assert eager.min_tokens <= bound
 
 
 NATURAL_CALL = ("math.hypot", {"x": 3, "y": 4})

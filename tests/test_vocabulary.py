@@ -3,9 +3,10 @@
 import pytest
 
 from conftest import FAMILIES, load_tokenizer
-from engine import build_vocab, compile_regex_grammar
-from engine.schema import schema_to_regex
-from engine.automaton import compile_regex
+from engine.automata import compile_regex
+from engine.grammar import compile_regex_grammar
+from engine.json_schema import schema_to_regex
+from engine.vocabulary import build_vocab
 
 TEXTS = [
     "Hello, world!",

@@ -23,19 +23,15 @@ from typing import Any
 
 import jsonschema
 
-from .errors import SchemaError
-
-try:
-    import re._parser as sre_parse  # Python 3.11+
-    import re._constants as sre_const
-except ImportError:  # pragma: no cover
-    import sre_constants as sre_const
-    import sre_parse
+from ..errors import SchemaError
+from ..regexes import alternation, escape, sre_constants, sre_parse
+from ..symbols import SPECIAL_CLASS
+from .numbers import int_range, number_range
+from .patterns import PatternRegex
 
 WHITESPACE = r"[ ]?"
-STRING_CHAR = r'(?:[^"\\\x00-\x1F\x{E000}-\x{EFFF}]|\\["\\/bfnrt]|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))'
-# What a pattern's `.` matches: any character but a newline (so no \n and no \u escapes).
-PATTERN_ANY = r'(?:[^"\\\x00-\x1F\x{E000}-\x{EFFF}]|\\["\\/bfrt])'
+STRING_CHAR = (rf'(?:[^"\\\x00-\x1F{SPECIAL_CLASS}]|\\["\\/bfnrt]'
+               r'|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))')
 INTEGER = r"-?(?:0|[1-9][0-9]*)"
 FRACTION = r"(?:\.[0-9]+)?"
 EXPONENT = r"(?:[eE][+-]?[0-9]+)?"
@@ -43,7 +39,7 @@ NUMBER = INTEGER + FRACTION + EXPONENT
 BOOLEAN = r"(?:true|false)"
 NULL = r"null"
 
-FORMATS = {
+STRING_FORMATS = {
     "date": r'"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"',
     "time": r'"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"',
     "date-time": r'"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])[T ](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"',
@@ -90,97 +86,14 @@ class Translation:
     unenforced: list[tuple[str, str]] = field(default_factory=list)  # (pointer, keyword)
 
 
-def _escape(text: str) -> str:
-    return "".join("\\" + c if c in r"\.+*?()|[]{}^$#&-~" else c for c in text)
-
-
 def _json_literal(value: Any) -> str:
-    return _escape(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
-
-
-def _alt(parts: list[str]) -> str:
-    parts = list(dict.fromkeys(parts))
-    return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+    return escape(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def _ptr(pointer: str, *parts: Any) -> str:
     return pointer + "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-# ---- integer and number ranges ----
-
-def _digits_range(lo: str, hi: str) -> str:
-    """Regex for decimal strings of equal length between ``lo`` and ``hi`` inclusive."""
-    if not lo:
-        return ""
-    if lo == hi:
-        return lo
-    a, b, rest = int(lo[0]), int(hi[0]), len(lo) - 1
-    if lo[1:] == "0" * rest and hi[1:] == "9" * rest:
-        head = str(a) if a == b else f"[{a}-{b}]"
-        return head + (f"[0-9]{{{rest}}}" if rest else "")
-    if a == b:
-        return lo[0] + _digits_range(lo[1:], hi[1:])
-    parts = [lo[0] + _digits_range(lo[1:], "9" * rest)]
-    if b - a > 1:
-        parts.append((f"[{a + 1}-{b - 1}]" if b - a > 2 else str(a + 1)) + (f"[0-9]{{{rest}}}" if rest else ""))
-    parts.append(hi[0] + _digits_range("0" * rest, hi[1:]))
-    return _alt(parts)
-
-
-def _nonneg_int_range(lo: int, hi: int | None) -> str:
-    """Regex for integers lo..hi (hi None: unbounded), lo >= 0, no leading zeros."""
-    parts = []
-    top = hi if hi is not None else 10 ** len(str(lo)) - 1
-    for n in range(len(str(lo)), len(str(top)) + 1):
-        a = max(lo, 10 ** (n - 1) if n > 1 else 0)
-        b = min(top, 10**n - 1)
-        if a <= b:
-            parts.append(_digits_range(str(a), str(b)))
-    if hi is None:
-        parts.append(f"[1-9][0-9]{{{len(str(lo))},}}")
-    return _alt(parts)
-
-
-def _int_range(lo: int | None, hi: int | None) -> str:
-    parts = []
-    if hi is None or hi >= 0:
-        parts.append(_nonneg_int_range(max(lo, 0) if lo is not None else 0, hi))
-    if lo is None or lo < 0:
-        mag_lo = max(1, -hi) if hi is not None else 1
-        parts.append("-" + _nonneg_int_range(mag_lo, -lo if lo is not None else None))
-    return _alt(parts)
-
-
-def _nonneg_number(lo: int, lo_incl: bool, hi: int | None, hi_incl: bool) -> str | None:
-    """Decimal numbers x >= 0 with lo <=/< x <=/< hi (integer bounds); None when empty."""
-    any_frac, zero_frac, pos_frac = r"(?:\.[0-9]+)?", r"(?:\.0+)?", r"\.[0-9]*[1-9][0-9]*"
-    if hi is not None and (hi < lo or (hi == lo and not (lo_incl and hi_incl))):
-        return None
-    if hi is not None and hi == lo:
-        return str(lo) + zero_frac
-    parts = [str(lo) + (any_frac if lo_incl else pos_frac)]
-    if hi is None or hi - 1 >= lo + 1:
-        parts.append(_nonneg_int_range(lo + 1, None if hi is None else hi - 1) + any_frac)
-    if hi is not None and hi_incl:
-        parts.append(str(hi) + zero_frac)
-    return _alt(parts)
-
-
-def _number_range(lo, lo_incl, hi, hi_incl) -> str | None:
-    parts = []
-    if hi is None or hi > 0 or (hi == 0 and hi_incl):
-        start, start_incl = (0, True) if lo is None or lo < 0 else (lo, lo_incl)
-        p = _nonneg_number(start, start_incl, hi, hi_incl)
-        if p:
-            parts.append(p)
-    if lo is None or lo < 0:
-        # magnitudes of the negative side: -x in (max(0,-hi) .. -lo)
-        mlo, mlo_incl = (0, False) if hi is None or hi >= 0 else (-hi, hi_incl)
-        p = _nonneg_number(mlo, mlo_incl, None if lo is None else -lo, lo_incl)
-        if p:
-            parts.append("-" + p)
-    return _alt(parts) if parts else None
 
 
 class _Translator:
@@ -223,7 +136,7 @@ class _Translator:
             if len(s["enum"]) > MAX_ENUM:
                 raise SchemaError(f"{len(s['enum'])} values; at most {MAX_ENUM} are supported", pointer=p, keyword="enum")
             return self.literal(s["enum"], s, p, "enum")
-        return _alt([self.typed(t, s, p) for t in self.types(s, p)])
+        return alternation([self.typed(t, s, p) for t in self.types(s, p)])
 
     def types(self, s: dict, p: str) -> list[str]:
         t = s.get("type")
@@ -362,7 +275,7 @@ class _Translator:
             raise SchemaError("no branch can be satisfied", pointer=p, keyword=kw)
         if kw == "oneOf" and len(parts) > 1 and not self.disjoint(branches):
             self.skip(p, "oneOf", "branches overlap, so 'exactly one' cannot be enforced")
-        return _alt(parts)
+        return alternation(parts)
 
     def disjoint(self, branches: list) -> bool:
         """True when the branches provably match different JSON types or different constants."""
@@ -393,19 +306,19 @@ class _Translator:
         keep = [v for v in values if not rest or _valid(v, rest, self.root)]
         if not keep:
             raise SchemaError(f"no {kw} value satisfies the rest of the schema", pointer=p, keyword=kw)
-        return _alt([_json_literal(v) for v in keep])
+        return alternation([_json_literal(v) for v in keep])
 
     def any_value(self, depth: int, p: str) -> str:
         scalars = [self.string({}, p), NUMBER, BOOLEAN, NULL]
         if depth <= 0:
-            return _alt(scalars)
+            return alternation(scalars)
         inner = self.any_value(depth - 1, p)
         ws = self.ws
         arr = rf"\[{ws}(?:{inner}(?:{ws},{ws}{inner})*)?{ws}\]"
         key = '"' + STRING_CHAR + '*"'
         member = f"{key}{ws}:{ws}{inner}"
         obj = rf"\{{{ws}(?:{member}(?:{ws},{ws}{member})*)?{ws}\}}"
-        return _alt(scalars + [arr, obj])
+        return alternation(scalars + [arr, obj])
 
     # ---- scalars ----
 
@@ -437,10 +350,10 @@ class _Translator:
             return f'"{body}"'
         fmt = s.get("format")
         if fmt is not None:
-            if fmt in FORMATS:
+            if fmt in STRING_FORMATS:
                 if lo or hi is not None:
                     self.skip(p, "maxLength", "length bounds beside a format are not enforced")
-                return FORMATS[fmt]
+                return STRING_FORMATS[fmt]
             self.skip(p, "format", f"format {fmt!r} is not enforced")
         if hi is None:
             count = "*" if lo == 0 else f"{{{lo},}}"
@@ -456,13 +369,13 @@ class _Translator:
         except re.error as e:
             raise SchemaError(f"invalid regex {pattern!r}: {e}", pointer=p, keyword="pattern") from None
         items = list(tree)
-        anchored_start = bool(items) and items[0][0] == sre_const.AT and items[0][1] == sre_const.AT_BEGINNING
-        anchored_end = bool(items) and items[-1][0] == sre_const.AT and items[-1][1] in (sre_const.AT_END, sre_const.AT_END_STRING)
+        anchored_start = bool(items) and items[0][0] == sre_constants.AT and items[0][1] == sre_constants.AT_BEGINNING
+        anchored_end = bool(items) and items[-1][0] == sre_constants.AT and items[-1][1] in (sre_constants.AT_END, sre_constants.AT_END_STRING)
         if anchored_start:
             items = items[1:]
         if anchored_end:
             items = items[:-1]
-        body = _Pattern(pattern, p).seq(items)
+        body = PatternRegex(pattern, p).seq(items)
         free = STRING_CHAR + "*"
         return (free if not anchored_start else "") + body + (free if not anchored_end else "")
 
@@ -500,7 +413,7 @@ class _Translator:
             ihi = None if hi is None else (math.floor(hi) if hi_incl or hi != int(hi) else int(hi) - 1)
             if ilo is not None and ihi is not None and ilo > ihi:
                 raise SchemaError(f"no integer lies between {lo} and {hi}", pointer=p, keyword="maximum")
-            return INTEGER if ilo is None and ihi is None else _int_range(ilo, ihi)
+            return INTEGER if ilo is None and ihi is None else int_range(ilo, ihi)
         if lo is None and hi is None:
             frac = FRACTION if decimals is None else rf"(?:\.[0-9]{{1,{decimals}}})?"
             return INTEGER + frac + (EXPONENT if decimals is None else "")
@@ -511,7 +424,7 @@ class _Translator:
             lo_incl = True
         if hi is not None and rhi != hi:
             hi_incl = True
-        out = _number_range(rlo, lo_incl, rhi, hi_incl)
+        out = number_range(rlo, lo_incl, rhi, hi_incl)
         if out is None:
             if lo is not None and hi is not None and (lo > hi or (lo == hi and not (lo_incl and hi_incl))):
                 raise SchemaError(f"minimum {lo} above maximum {hi}", pointer=p, keyword="maximum")
@@ -633,7 +546,7 @@ class _Translator:
                 if e.keyword == "false" and name not in required:
                     continue
                 raise
-            members.append(f'"{_escape(json.dumps(name, ensure_ascii=False)[1:-1])}"{ws}:{ws}{regex}')
+            members.append(f'"{escape(json.dumps(name, ensure_ascii=False)[1:-1])}"{ws}:{ws}{regex}')
             req.append(name in required)
         min_p, max_p = self.bound(s, p, "minProperties") or 0, self.bound(s, p, "maxProperties")
         if max_p is not None and max_p < sum(req):
@@ -665,7 +578,7 @@ class _Translator:
         for k in range(min(first_required, len(members) - 1) + 1):
             tail = "".join(f"{sep}{m}" if r else f"(?:{sep}{m})?" for m, r in zip(members[k + 1:], req[k + 1:]))
             alts.append(members[k] + tail)
-        body = _alt(alts)
+        body = alternation(alts)
         if first_required == len(members):
             body = f"(?:{body})?"
         return rf"\{{{ws}{body}{ws}\}}"
@@ -675,109 +588,6 @@ class _TooDeep(Exception):
     """A recursive $ref went past max_depth: the branch is dropped (a valid subset remains)."""
 
 
-class _Pattern:
-    """Re-emit a Python-parsed pattern over JSON-encoded string characters."""
-
-    def __init__(self, source: str, pointer: str) -> None:
-        self.source = source
-        self.pointer = pointer
-
-    def fail(self, what: str) -> SchemaError:
-        return SchemaError(f"pattern {self.source!r} uses {what}, which the mask cannot enforce",
-                           pointer=self.pointer, keyword="pattern")
-
-    def seq(self, items) -> str:
-        return "".join(self.node(op, av) for op, av in items)
-
-    def char(self, code: int) -> str:
-        c = chr(code)
-        if c == '"':
-            return r'\\"'
-        if c == "\\":
-            return r"\\\\"
-        if code < 0x20:
-            return {8: r"\\b", 9: r"\\t", 10: r"\\n", 12: r"\\f", 13: r"\\r"}.get(code, rf"\\u{code:04x}")
-        if 0xE000 <= code <= 0xEFFF:
-            return rf"\\u{code:04x}"
-        return _escape(c)
-
-    def node(self, op, av) -> str:
-        if op == sre_const.LITERAL:
-            return self.char(av)
-        if op == sre_const.NOT_LITERAL:
-            return f"(?:{self.cls_negated([(sre_const.LITERAL, av)])})"
-        if op == sre_const.ANY:
-            return PATTERN_ANY
-        if op == sre_const.IN:
-            if av and av[0][0] == sre_const.NEGATE:
-                return self.cls_negated(av[1:])
-            return self.cls(av)
-        if op == sre_const.BRANCH:
-            return "(?:" + "|".join(self.seq(b) for b in av[1]) + ")"
-        if op == sre_const.SUBPATTERN:
-            return "(?:" + self.seq(av[-1]) + ")"
-        if op in (sre_const.MAX_REPEAT, sre_const.MIN_REPEAT, getattr(sre_const, "POSSESSIVE_REPEAT", None)):
-            lo, hi, inner = av
-            if hi == sre_const.MAXREPEAT:
-                count = "*" if lo == 0 else "+" if lo == 1 else f"{{{lo},}}"
-            else:
-                count = f"{{{lo},{hi}}}"
-            return f"(?:{self.seq(inner)}){count}"
-        raise self.fail(f"{str(op).lower()} (anchors inside, lookaround or backreferences)")
-
-    def ranges(self, items) -> list[tuple[int, int]]:
-        out = []
-        for op, av in items:
-            if op == sre_const.LITERAL:
-                out.append((av, av))
-            elif op == sre_const.RANGE:
-                out.append(av)
-            elif op == sre_const.CATEGORY:
-                out += {
-                    sre_const.CATEGORY_DIGIT: [(48, 57)],
-                    sre_const.CATEGORY_WORD: [(48, 57), (65, 90), (95, 95), (97, 122)],
-                    sre_const.CATEGORY_SPACE: [(9, 13), (32, 32)],
-                }.get(av) or self._neg_category(av)
-            else:
-                raise self.fail(str(op).lower())
-        return out
-
-    def _neg_category(self, av) -> list[tuple[int, int]]:
-        base = {
-            sre_const.CATEGORY_NOT_DIGIT: [(48, 57)],
-            sre_const.CATEGORY_NOT_WORD: [(48, 57), (65, 90), (95, 95), (97, 122)],
-            sre_const.CATEGORY_NOT_SPACE: [(9, 13), (32, 32)],
-        }.get(av)
-        if base is None:
-            raise self.fail(f"the class {av}")
-        return _complement(base)
-
-    def cls(self, items) -> str:
-        return self.emit(self.ranges(items))
-
-    def cls_negated(self, items) -> str:
-        return self.emit(_complement(self.ranges(items)))
-
-    def emit(self, ranges: list[tuple[int, int]]) -> str:
-        """Characters in ``ranges``: plain ones as a class, the ones JSON escapes as escapes."""
-        plain, escaped = [], []
-        for lo, hi in sorted(ranges):
-            for a, b, needs_escape in _split_json(lo, hi):
-                (escaped if needs_escape else plain).append((a, b))
-        parts = []
-        if plain:
-            parts.append("[" + "".join(_class_range(a, b) for a, b in plain) + "]")
-        for a, b in escaped:
-            if (a, b) == (0xE000, 0xEFFF):
-                parts.append(r"\\u[eE][0-9a-fA-F]{3}")
-            elif b - a <= 64:
-                parts += [self.char(c) for c in range(a, b + 1)]
-            # a larger escaped run is left out: the output stays valid, only narrower
-        if not parts:
-            raise self.fail("an empty character class")
-        return _alt(parts)
-
-
 def _valid(value: Any, schema: dict, root: Any) -> bool:
     if isinstance(root, dict):
         schema = {**{k: root[k] for k in ("definitions", "$defs") if k in root}, **schema}
@@ -785,64 +595,6 @@ def _valid(value: Any, schema: dict, root: Any) -> bool:
         return jsonschema.Draft202012Validator(schema).is_valid(value)
     except Exception:  # a sibling the validator cannot read is checked after generation instead
         return True
-
-
-def _complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out, at = [], 0
-    for lo, hi in sorted(ranges):
-        if lo > at:
-            out.append((at, lo - 1))
-        at = max(at, hi + 1)
-    if at <= 0x10FFFF:
-        out.append((at, 0x10FFFF))
-    return out
-
-
-def _split_json(lo: int, hi: int):
-    """Split a code point range into runs that JSON writes plainly and runs it must escape."""
-    cuts = [(0x00, 0x1F, True), (0x22, 0x22, True), (0x5C, 0x5C, True), (0xD800, 0xDFFF, True), (0xE000, 0xEFFF, True)]
-    at = lo
-    for a, b, esc in cuts:
-        if b < at or a > hi:
-            continue
-        if a > at:
-            yield at, a - 1, False
-        if a <= 0xDFFF and b >= 0xD800:  # surrogates never appear as characters
-            at = min(b, hi) + 1
-            continue
-        yield max(a, at), min(b, hi), esc
-        at = min(b, hi) + 1
-    if at <= hi:
-        yield at, hi, False
-
-
-def _class_range(a: int, b: int) -> str:
-    def one(c: int) -> str:
-        ch = chr(c)
-        if ch in r"\[]^-&~" or c < 0x21 or c > 0x7E:
-            return f"\\x{{{c:X}}}"
-        return ch
-    return one(a) if a == b else f"{one(a)}-{one(b)}"
-
-
-_ORDERED = ("properties", "patternProperties")  # their order is the output's order
-_DATA = ("enum", "const", "default", "examples")  # instance values: written as given
-
-
-def schema_key(schema: Any) -> str:
-    """JSON text equal for schemas that differ only in key order, except where order shows in the
-    output (the order of ``properties``)."""
-    return json.dumps(_canonical(schema), separators=(",", ":"), ensure_ascii=False)
-
-
-def _canonical(node: Any, names: bool = False) -> Any:
-    if isinstance(node, list):
-        return [_canonical(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    if names:  # property name -> schema, in the given order
-        return {k: _canonical(v) for k, v in node.items()}
-    return {k: (v if k in _DATA else _canonical(v, names=k in _ORDERED)) for k, v in sorted(node.items())}
 
 
 def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool = True,
@@ -861,3 +613,4 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     except RecursionError:
         raise SchemaError("schema nests too deeply to translate") from None
     return Translation(regex, t.unenforced)
+

@@ -1,17 +1,12 @@
-"""The per-request logits processor: walks the automaton and masks what cannot stay valid."""
+"""Match per request: one sequence's walk through a compiled constraint, as an mlx-lm logits processor."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import numpy as np
 
+from .constraint import Constraint
 from .errors import BudgetError, GenerationError
-
-if TYPE_CHECKING:
-    from .grammar import Grammar
-    from .toolcalls import ToolGrammar
 
 # How many already-consumed positions are re-read each call, so a caller that trims and
 # replaces recent tokens (speculative decoding) is followed rather than trusted.
@@ -19,8 +14,8 @@ LOOKBACK = 8
 PROMPT_TAIL = 16  # prompt tokens kept to tell one sequence from another
 
 
-class LogitsProcessor:
-    """One request's state over a compiled Grammar, for mlx-lm's ``logits_processors``.
+class Matcher:
+    """One request's state over a compiled constraint; pass it in mlx-lm's ``logits_processors``.
 
     mlx-lm calls ``processor(tokens, logits)`` where ``tokens`` holds the (uncached) prompt on
     the first call and grows by the sampled tokens after that; it builds step n+1 before it
@@ -29,7 +24,7 @@ class LogitsProcessor:
     tokens past what was consumed, and a call past the budget just allows EOS.
     """
 
-    def __init__(self, grammar: Grammar | ToolGrammar, max_tokens: int) -> None:
+    def __init__(self, grammar: Constraint, max_tokens: int) -> None:
         if max_tokens < grammar.min_tokens:
             raise BudgetError(
                 f"max_tokens={max_tokens} cannot hold the shortest valid output, "
@@ -84,8 +79,8 @@ class LogitsProcessor:
         belongs to one token history, and following another would mask by the wrong state."""
         produced = length - self.base
         misuse = (
-            "this LogitsProcessor belongs to one sequence of one request; create a new one with "
-            "grammar.processor(max_tokens) for each sequence"
+            "this Matcher belongs to one sequence of one request; create a new one with "
+            "grammar.matcher(max_tokens) for each sequence"
         )
         if produced < 0 or not np.array_equal(tokens[self.base - len(self.prompt_tail):self.base], self.prompt_tail):
             raise GenerationError(f"the prompt differs from the one this processor started on: {misuse}")

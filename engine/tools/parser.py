@@ -10,20 +10,22 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jsonschema
 import regex
 
-from .errors import GenerationError
-from .formats import py_regex, render
-
-if TYPE_CHECKING:
-    from .toolcalls import ToolGrammar
+from ..errors import GenerationError
+from ..regexes import py_regex
+from ..vocabulary import Vocab
+from .calls import CallSpec, symbol_filler
+from .tree import Format, render
 
 
 @dataclass
 class ParsedOutput:
+    """What one turn said: its text parts and its calls."""
+
     content: str | None = None
     reasoning: str | None = None
     tool_calls: list[dict] = field(default_factory=list)  # OpenAI shape, arguments as JSON text
@@ -31,60 +33,61 @@ class ParsedOutput:
 
 
 class Parser:
-    """Built once per ToolGrammar (lazily: only when something is parsed)."""
+    """Reads a turn by the regexes of the same tree and call specifications the mask was built from."""
 
-    def __init__(self, grammar: ToolGrammar) -> None:
-        self.g = grammar
-        self.fmt = fmt = grammar.format
-        self.symbols = dict(grammar._symbols)
+    def __init__(self, fmt: Format, start: Any, calls: list[CallSpec], symbols: dict[str, str], vocab: Vocab) -> None:
+        self.fmt = fmt
+        self.calls = calls
+        self.vocab = vocab
+        self.symbols = dict(symbols)
+        self.fill_symbols = symbol_filler(self.symbols)
         by_text = {fmt.specials[name]: ch for name, ch in self.symbols.items()}
         self.replace = sorted(by_text.items(), key=lambda kv: -len(kv[0]))
         self.to_text = {ch: text for text, ch in by_text.items()}
-        self.calls = [regex.compile(py_regex(self._call_regex(ti, True)), regex.DOTALL)
-                      for ti in range(len(grammar.tools))]
+        self.patterns = [regex.compile(py_regex(self._call_regex(ti, True)), regex.DOTALL) for ti in range(len(calls))]
         # for streaming: each call's text up to its arguments, and the JSON arguments alone
         self.heads = [regex.compile(py_regex(self._call_regex(ti, True, head=True)), regex.DOTALL)
-                      for ti in range(len(grammar.tools))]
-        self.arguments = [regex.compile(py_regex(h["ARGUMENTS"]), regex.DOTALL) if "ARGUMENTS" in h else None
-                          for h in grammar._holes]
-        any_call = "(?:" + "|".join(f"(?:{self._call_regex(ti, False)})" for ti in range(len(grammar.tools))) + ")"
+                      for ti in range(len(calls))]
+        self.arguments = [regex.compile(py_regex(c.holes["ARGUMENTS"]), regex.DOTALL) if "ARGUMENTS" in c.holes else None
+                          for c in calls]
+        any_call = "(?:" + "|".join(f"(?:{self._call_regex(ti, False)})" for ti in range(len(calls))) + ")"
         self.any_call = regex.compile(py_regex(any_call), regex.DOTALL)
 
         def fill(n):
             if n[0] == "ref" and n[1] == "call":
                 return any_call
-            return self.g._fill_symbols(n)
+            return self.fill_symbols(n)
 
-        self.top = regex.compile(py_regex(render(fmt, grammar.start, fill, groups=True)), regex.DOTALL)
+        self.top = regex.compile(py_regex(render(fmt, start, fill, groups=True)), regex.DOTALL)
         region = fmt.rules.get("tool_calls", ("ref", "call"))
         self.calls_region = regex.compile(py_regex(render(fmt, region, fill)), regex.DOTALL)
         self.params = [
             {key: (regex.compile(py_regex(self._parameter_regex(key, value)), regex.DOTALL), raw)
-             for key, (value, raw) in values.items()}
-            for values in grammar._values
+             for key, (value, raw) in c.values.items()}
+            for c in calls
         ]
         reasoning = fmt.rules.get("reasoning")
         self.reasoning_closer = self._closer(reasoning) if reasoning is not None else ""
 
     def _call_regex(self, ti: int, groups: bool, head: bool = False) -> str:
         """Tool ``ti``'s call; ``head``: only what comes before its arguments."""
-        tool, holes = self.g.tools[ti], self.g._holes[ti]
+        tool, holes = self.calls[ti].tool, self.calls[ti].holes
 
         def fill(n):
-            got = self.g._fill_symbols(n)
+            got = self.fill_symbols(n)
             if got is not None or n[0] != "hole":
                 return got
             inner = {"TOOL_NAME": regex.escape(tool.name), "CALL_INDEX": "[0-9]+"}.get(n[1]) or holes[n[1]]
             return f"(?P<{n[1]}>{inner})" if groups else inner
 
-        items = [it for p in self.g._specs[ti] for it in p.items]
+        items = self.calls[ti].items()
         if head:
             items = items[:next(k for k, it in enumerate(items) if it in (("hole", "ARGUMENTS"), ("hole", "PARAMETERS")))]
         return render(self.fmt, ("seq", items), fill)
 
     def _parameter_regex(self, key: str, value: str) -> str:
         def fill(n):
-            got = self.g._fill_symbols(n)
+            got = self.fill_symbols(n)
             if got is not None or n[0] != "hole":
                 return got
             return regex.escape(key) if n[1] == "PARAM_KEY" else f"(?P<PARAM_VALUE>{value})"
@@ -113,8 +116,8 @@ class Parser:
             for text, ch in self.replace:
                 output = output.replace(text, ch)
             return output
-        vocab = self.g.vocab
-        syms = vocab._symbols
+        vocab = self.vocab
+        syms = vocab.symbols
         data = bytearray()
         for t in output:
             if t in vocab.eos_ids:
@@ -144,11 +147,11 @@ class Parser:
 
     def call(self, text: str, errors: list[str]) -> dict:
         """One call's text as an OpenAI tool call; schema violations go to ``errors``."""
-        for ti, pattern in enumerate(self.calls):
+        for ti, pattern in enumerate(self.patterns):
             m = pattern.fullmatch(text)
             if m is None:
                 continue
-            tool = self.g.tools[ti]
+            tool = self.calls[ti].tool
             gd = m.groupdict()
             # the arguments keep the model's own JSON text (re-serialising could turn 1e999 into Infinity)
             if gd.get("ARGUMENTS") is not None:
@@ -184,7 +187,7 @@ class Parser:
     def open_call(self, text: str) -> tuple[int, dict, str] | None:
         """An unfinished call at the start of ``text``: (tool index, head groups, arguments so far),
         once its tool is certain; None before that."""
-        found = [(ti, m) for ti, pattern in enumerate(self.calls)
+        found = [(ti, m) for ti, pattern in enumerate(self.patterns)
                  if (m := pattern.fullmatch(text, partial=True)) is not None]
         if len(found) != 1:
             return None
@@ -216,110 +219,3 @@ def schema_errors(name: str, schema: dict, arguments: Any) -> list[str]:
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     return [f"tool {name!r} {'/'.join(map(str, e.absolute_path)) or '#'}: {e.message}"
             for e in cls(schema).iter_errors(arguments)]
-
-
-class StreamParser:
-    """Feed token ids as they come; ``feed`` returns OpenAI-style deltas: ``{"reasoning_content": s}``,
-    ``{"content": s}`` and ``{"tool_calls": [...]}``. A call opens with
-    ``{"index", "id", "type", "function": {"name", "arguments": ""}}`` once its tool is certain,
-    then sends ``{"index", "function": {"arguments": fragment}}`` as its arguments grow.
-    Concatenated (see ``accumulate``), the deltas equal ``parse`` of the whole output."""
-
-    def __init__(self, parser: Parser) -> None:
-        self.p = parser
-        self.ids: list[int] = []
-        self.sent = {"reasoning": 0, "content": 0}
-        self.calls: list[dict] = []  # per opened call: id, name, arguments sent so far
-        self.closed = 0
-
-    def feed(self, token_ids: list[int]) -> list[dict]:
-        self.ids += list(token_ids)
-        text = self.p.symbol_text(self.ids)
-        if text.endswith("\ufffd"):
-            return []  # a character split across tokens: wait for its other bytes
-        m = self.p.top.fullmatch(text, partial=True)
-        if m is None:
-            raise GenerationError(f"output left the {self.p.fmt.name} format: {self.p.plain(text)[-200:]!r}")
-        gd = m.groupdict()
-        deltas = []
-        reasoning = gd.get("reasoning_text")
-        closer = self.p.reasoning_closer
-        if reasoning is None and closer:
-            trial = self.p.top.fullmatch(text + closer, partial=True)
-            if trial is not None and trial.groupdict().get("reasoning_text") is not None \
-                    and trial.end("reasoning_text") == len(text):
-                reasoning = trial.group("reasoning_text")
-        if reasoning is not None:
-            deltas += self._grow("reasoning", "reasoning_content", reasoning)
-        content = gd.get("content_text")
-        # text that could still become calls (Llama 3's bare JSON) is held back
-        if content is not None and self.p.calls_region.fullmatch(content.lstrip(), partial=True) is None:
-            deltas += self._grow("content", "content", content)
-        start = self._calls_start(m, len(text))
-        if start is None:
-            return deltas
-        pos = start
-        for k, cm in enumerate(self.p.any_call.finditer(text, start)):
-            pos = cm.end()
-            if k >= self.closed:
-                call = self.p.call(cm.group(), [])
-                deltas += self._send(k, call["id"], call["function"]["name"], call["function"]["arguments"])
-                self.closed += 1
-        pm = self.p.any_call.search(text, pos, partial=True)
-        if pm is not None and pm.partial:
-            found = self.p.open_call(text[pm.start():])
-            if found is not None:
-                ti, groups, arguments = found
-                name = self.p.g.tools[ti].name
-                deltas += self._send(self.closed, call_id(name, groups), name, arguments)
-        return deltas
-
-    def _send(self, index: int, cid: str, name: str, arguments: str) -> list[dict]:
-        """The header of call ``index`` (once) and whatever its arguments grew by."""
-        out = []
-        if index == len(self.calls):
-            self.calls.append({"id": cid, "name": name, "arguments": ""})
-            out.append({"tool_calls": [{"index": index, "id": cid, "type": "function",
-                                        "function": {"name": name, "arguments": ""}}]})
-        sent = self.calls[index]
-        if not arguments.startswith(sent["arguments"]):
-            raise GenerationError(f"call {index}: streamed arguments {sent['arguments']!r} are not a prefix "
-                                  f"of {arguments!r}")
-        if len(arguments) > len(sent["arguments"]):
-            out.append({"tool_calls": [{"index": index, "function": {"arguments": arguments[len(sent["arguments"]):]}}]})
-            sent["arguments"] = arguments
-        return out
-
-    @staticmethod
-    def _calls_start(m, length: int) -> int | None:
-        """Where the (possibly unfinished) calls begin, or None while the text is still content."""
-        gd = m.groupdict()
-        if gd.get("tool_calls") is not None:
-            return m.start("tool_calls")
-        if gd.get("content") is not None:
-            return m.end("content") if m.end("content") < length else None
-        return m.end("reasoning") if gd.get("reasoning") is not None else 0
-
-    def _grow(self, role: str, key: str, text: str) -> list[dict]:
-        """Send what is new, without leading and (not yet final) trailing whitespace."""
-        text = text.strip()
-        new = text[self.sent[role]:]
-        if not new:
-            return []
-        self.sent[role] = len(text)
-        return [{key: new}]
-
-
-def accumulate_deltas(deltas: list[dict]) -> dict:
-    """Streamed deltas put back together: content, reasoning_content and whole tool calls."""
-    out: dict[str, Any] = {"content": None, "reasoning_content": None, "tool_calls": []}
-    for d in deltas:
-        for key in ("content", "reasoning_content"):
-            if d.get(key):
-                out[key] = (out[key] or "") + d[key]
-        for c in d.get("tool_calls", []):
-            if c["index"] == len(out["tool_calls"]):
-                out["tool_calls"].append({"id": c.get("id"), "type": "function",
-                                          "function": {"name": c["function"].get("name", ""), "arguments": ""}})
-            out["tool_calls"][c["index"]]["function"]["arguments"] += c["function"].get("arguments", "")
-    return out

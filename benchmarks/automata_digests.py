@@ -1,0 +1,89 @@
+"""Digests of compiled automata, to check that a change leaves them identical state for state.
+
+Compiles a JSONSchemaBench sample (3 schemas from each subset) and every family's tool grammar
+(BFCL and MCP tools; auto and required; thinking as the model likes and off; every argument piece
+compiled) on the real tokenizers, and hashes each automaton's arrays (offsets, tokens, targets,
+final, distances). Reads ../shared (or TOOLGATE_SHARED).
+
+    python benchmarks/automata_digests.py --write benchmarks/automata_digests.json   # record
+    python benchmarks/automata_digests.py --check benchmarks/automata_digests.json   # compare
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ["TOOLGATE_CACHE_DIR"] = "off"  # build every automaton, never read one back
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import numpy as np  # noqa: E402
+
+import engine  # noqa: E402
+from conftest import DATA, load_tokenizer  # noqa: E402
+from engine.tools import FAMILIES  # noqa: E402
+from test_toolcalls import offered_tools, tokenizer_for  # noqa: E402
+
+
+def digest(a) -> str:
+    h = hashlib.sha256()
+    for arr in (a.offsets, a.tokens, a.targets, a.final, a.dist):
+        h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()[:16]
+
+
+def digests() -> dict[str, str]:
+    out = {}
+    tok = load_tokenizer("qwen3")
+    for f in sorted((DATA / "jsonschemabench").glob("*.jsonl")):
+        rows = sorted((json.loads(line) for line in open(f)), key=lambda r: r["unique_id"])
+        for row in rows[:: max(1, len(rows) // 3)][:3]:
+            key = f"schema {f.stem} {row['unique_id']}"
+            try:
+                out[key] = digest(engine.compile_json_schema(tok, row["schema"], timeout=20).automaton)
+            except engine.ToolgateError as e:
+                out[key] = "refused " + type(e).__name__
+            print(key, out[key], file=sys.stderr, flush=True)
+    for family in FAMILIES:
+        tok = tokenizer_for(family)
+        for choice in ("auto", "required"):
+            for thinking in (None, False):
+                key = f"tools {family} {choice} {thinking}"
+                try:
+                    g = engine.compile_tools(tok, offered_tools(family), format=family, tool_choice=choice,
+                                             thinking=thinking, lazy=False)
+                except engine.ToolgateError as e:
+                    out[key] = "refused " + type(e).__name__
+                    continue
+                parts = [digest(g.outer)] + [digest(g.pieces.piece(ti, p, 0)) for ti in range(len(g.calls))
+                                             for p in range(len(g.calls[ti].pieces))]
+                out[key] = " ".join(parts) + f" min={g.min_tokens}"
+                print(key, out[key], file=sys.stderr, flush=True)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", metavar="FILE")
+    mode.add_argument("--check", metavar="FILE")
+    args = ap.parse_args()
+    now = digests()
+    if args.write:
+        Path(args.write).write_text(json.dumps(now, indent=1, sort_keys=True) + "\n")
+        return 0
+    before = json.loads(Path(args.check).read_text())
+    differ = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+    for k in differ:
+        print(f"DIFFERS {k}\n  before: {before.get(k)}\n  now:    {now.get(k)}")
+    print(f"{len(before)} recorded, {len(now)} now, {len(differ)} differ")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""A token automaton as flat arrays, and the graph routines that measure it.
+
+States are dense, 0..n-1, state 0 the initial one. Per state: the allowed token ids (sorted),
+the state each leads to, whether it accepts, and the fewest tokens still needed to reach
+acceptance, which is what lets a matcher close the output before the budget runs out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+UNREACHABLE = np.iinfo(np.int32).max // 2
+
+
+@dataclass(eq=False)
+class Automaton:
+    """A token automaton: dense states 0..n-1, state 0 is the initial one."""
+
+    offsets: np.ndarray  # int64 (n+1,): state s owns tokens[offsets[s]:offsets[s+1]]
+    tokens: np.ndarray  # int32, sorted within each state
+    targets: np.ndarray  # int32, the state each token leads to
+    final: np.ndarray  # bool (n,)
+    dist: np.ndarray  # int32 (n,): fewest tokens to acceptance, UNREACHABLE if none
+    key: str = ""
+    positions: np.ndarray | None = None  # literal automata: each state's byte offset in the literal
+
+    @property
+    def num_states(self) -> int:
+        return len(self.final)
+
+    @property
+    def min_tokens(self) -> int:
+        """The fewest tokens of any accepted output (EOS not counted)."""
+        return int(self.dist[0])
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.offsets, self.tokens, self.targets, self.final, self.dist))
+
+    def next_state(self, state: int, token: int) -> int:
+        """The state after ``token``, or -1 when the token is not allowed."""
+        lo, hi = self.offsets[state], self.offsets[state + 1]
+        i = lo + int(self.tokens[lo:hi].searchsorted(np.int32(token)))  # a Python int would cast the row
+        if i < hi and self.tokens[i] == token:
+            return int(self.targets[i])
+        return -1
+
+    def successors_within(self, state: int, budget: int) -> np.ndarray:
+        """Token ids allowed in ``state`` whose next state can still finish in ``budget`` tokens."""
+        lo, hi = self.offsets[state], self.offsets[state + 1]
+        ok = self.dist[self.targets[lo:hi]] <= budget
+        return self.tokens[lo:hi][ok]
+
+    def walk(self, token_ids: list[int], state: int = 0) -> int:
+        """Follow ``token_ids`` from ``state``; -1 once a token is not allowed."""
+        for t in token_ids:
+            state = self.next_state(state, t)
+            if state < 0:
+                return -1
+        return state
+
+    @property
+    def max_target_dist(self) -> np.ndarray:
+        """Per state, the largest finite distance among its successors (mask cache key cap)."""
+        d = self.dist[self.targets]
+        d = np.where(d >= UNREACHABLE, -1, d)
+        out = np.full(self.num_states, -1, dtype=np.int64)
+        counts = np.diff(self.offsets)
+        nonempty = counts > 0
+        out[nonempty] = np.maximum.reduceat(d, self.offsets[:-1][nonempty]) if d.size else -1
+        return out
+
+
+def bfs(a: np.ndarray, b: np.ndarray, start: np.ndarray, n: int) -> np.ndarray:
+    """Breadth-first levels from ``start`` along edges a -> b (UNREACHABLE where never reached)."""
+    order = np.argsort(a, kind="stable")
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(a, minlength=n))])
+    heads = b[order]
+    dist = np.full(n, UNREACHABLE, dtype=np.int32)
+    frontier = np.unique(start)
+    d = 0
+    while len(frontier):
+        dist[frontier] = d
+        _, pos = ranges(frontier, offsets)
+        nxt = np.unique(heads[pos])
+        frontier = nxt[dist[nxt] == UNREACHABLE]
+        d += 1
+    return dist
+
+
+def state_graph(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (from, to) state pairs among the edges (free text gives 150k per state)."""
+    flat = src.astype(np.int64) * n + dst
+    if n * n <= 1 << 26:
+        seen = np.zeros(n * n, dtype=bool)
+        seen[flat] = True
+        flat = np.flatnonzero(seen)
+    else:
+        flat = np.unique(flat)
+    return flat // n, flat % n
+
+
+def distances(offsets: np.ndarray, targets: np.ndarray, final: np.ndarray) -> np.ndarray:
+    """Per state, the fewest tokens to an accepting state (reverse breadth-first search)."""
+    n = len(final)
+    src, dst = state_graph(np.repeat(np.arange(n), np.diff(offsets)), targets, n)
+    return bfs(dst, src, np.flatnonzero(final), n)
+
+
+
+
+def ranges(starts: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each i, the positions offsets[starts[i]]..offsets[starts[i]+1]-1: (owner i, position)."""
+    lo = offsets[starts]
+    counts = offsets[starts + 1] - lo
+    owner = np.repeat(np.arange(len(starts)), counts)
+    pos = np.arange(int(counts.sum())) + np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    return owner, pos
+

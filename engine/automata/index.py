@@ -1,0 +1,259 @@
+"""The index builder: a byte DFA and a vocabulary -> the token automaton.
+
+We walk the vocabulary's byte trie through the DFA from every state at once, level by level,
+dropping dead branches early, which gives every (state, token, next state) without visiting the
+whole vocabulary per state. States that loop on a wide character class (free text, JSON string
+characters, raw strings, patterns like ``[a-z0-9_]*``) take all tokens made of such characters
+in one precomputed block (see _Run). The result is the same automaton as outlines-core's own
+``Index`` over the full vocabulary, many times faster.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..caches import Cache
+from ..errors import CompileError
+from ..symbols import SPECIAL_CLASS
+from ..vocabulary import Vocab
+from .automaton import UNREACHABLE, Automaton, bfs, ranges, state_graph
+from .byte_dfa import byte_dfa
+
+DEFAULT_MAX_EDGES = 64_000_000  # token transitions per automaton (about 12 bytes each while building)
+MIN_RUN_BYTES = 16  # a state looping on fewer ASCII bytes is walked token by token
+TRIES = Cache("vocabulary tries", 8, per_vocabulary=True)  # by vocabulary fingerprint
+RUNS = Cache("character-class runs", 256, per_vocabulary=True)  # by (vocabulary fingerprint, character class)
+TRIE_LOCK = threading.Lock()  # one trie build at a time (it takes seconds and much memory)
+
+
+@dataclass(frozen=True)
+class _Trie:
+    """The vocabulary's token strings as a byte trie (node 0 is the root).
+
+    ``child[coff[n]:coff[n+1]]`` are node n's children, ``byte[c]`` the byte leading to child c,
+    ``ids[eoff[n]:eoff[n+1]]`` the token ids whose bytes end exactly at node n.
+    """
+
+    child: np.ndarray
+    coff: np.ndarray
+    byte: np.ndarray
+    ids: np.ndarray
+    eoff: np.ndarray
+    parent: np.ndarray
+    key: str  # the vocabulary's fingerprint
+
+
+def vocabulary_trie(vocab: Vocab) -> _Trie:
+    """The vocabulary's byte trie, built once per vocabulary."""
+    with TRIE_LOCK:
+        got = TRIES.get(vocab.fingerprint)
+        if got is not None:
+            return got
+        node_of = {b"": 0}
+        parent, byte, ends = [0], [0], []
+        for text, ids in vocab.outlines_map.items():
+            for d in range(1, len(text) + 1):
+                prefix = text[:d]
+                if prefix not in node_of:
+                    node_of[prefix] = len(parent)
+                    parent.append(node_of[text[:d - 1]])
+                    byte.append(text[d - 1])
+            node = node_of[text]
+            ends += [(node, i) for i in ids]
+        n = len(parent)
+        parents = np.asarray(parent[1:], dtype=np.int64)
+        coff = np.concatenate([[0], np.cumsum(np.bincount(parents, minlength=n))])
+        end = np.asarray(ends, dtype=np.int64).reshape(-1, 2)
+        order = np.argsort(end[:, 0], kind="stable")
+        eoff = np.concatenate([[0], np.cumsum(np.bincount(end[:, 0], minlength=n))])
+        got = _Trie(child=(np.argsort(parents, kind="stable") + 1).astype(np.int32), coff=coff,
+                    byte=np.asarray(byte, dtype=np.uint8), ids=end[order, 1].astype(np.int32), eoff=eoff,
+                    parent=np.asarray(parent, dtype=np.int32), key=vocab.fingerprint)
+        return TRIES.put(vocab.fingerprint, got)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A character class's byte automaton laid over the trie.
+
+    A state that loops on the class (the inside of a JSON string, free text) moves along any
+    token made of class characters exactly as the class automaton does. Such tokens (``ids``,
+    ending in class state ``k``) are taken in one step; the walk starts only at ``exits``, the
+    trie nodes where a token first leaves the class (``exit_k`` is the class state before).
+    """
+
+    trans: np.ndarray  # (c+1, 256): the class automaton, c is dead, state 0 is between characters
+    edges: np.ndarray  # (e, 3): its live edges (from, byte, to)
+    tree: np.ndarray  # (c-1, 3): edges reaching every class state from state 0, in order
+    ids: np.ndarray
+    k: np.ndarray
+    exits: np.ndarray
+    exit_k: np.ndarray
+
+
+def _run(trie: "_Trie", char_class: str) -> _Run:
+    trans, _ = byte_dfa(f"(?:{char_class})*")
+    c = trans.shape[0] - 1
+    src, byte = np.nonzero(trans[:c] != c)
+    dst = trans[src, byte]
+    # keep the states on a loop through state 0 (leaving out the END symbol's path)
+    live = (bfs(src, dst, np.array([0]), c) < UNREACHABLE) & (bfs(dst, src, np.array([0]), c) < UNREACHABLE)
+    ok = live[src] & live[dst]
+    edges = np.stack([src[ok], byte[ok], dst[ok]], axis=1)
+    trans = np.full_like(trans, c)
+    trans[edges[:, 0], edges[:, 1]] = edges[:, 2]
+    tree, seen, frontier = [], {0}, [0]
+    while frontier:
+        nxt = []
+        for a, b, d in edges[np.isin(edges[:, 0], frontier)].tolist():
+            if d not in seen:
+                seen.add(d)
+                tree.append((a, b, d))
+                nxt.append(d)
+        frontier = nxt
+    node_k = np.full(len(trie.parent), -1, dtype=np.int32)
+    node_k[0] = 0
+    frontier = np.array([0])
+    while len(frontier):
+        owner, pos = ranges(frontier, trie.coff)
+        child = trie.child[pos]
+        k = node_k[frontier[owner]]
+        step = trans[np.where(k >= 0, k, c), trie.byte[child]]
+        node_k[child] = np.where(step == c, -1, step)
+        frontier = child
+    inside = np.flatnonzero(node_k >= 0)[1:]
+    owner, pos = ranges(inside, trie.eoff)
+    ids, k = trie.ids[pos], node_k[inside[owner]]
+    order = np.argsort(ids)
+    exits = np.flatnonzero((node_k < 0) & (node_k[trie.parent] >= 0)).astype(np.int32)
+    return _Run(trans, edges, np.asarray(tree, dtype=np.int64).reshape(-1, 3), ids[order], k[order],
+                exits, node_k[trie.parent[exits]])
+
+
+def _run_for(trie: _Trie, char_class: str) -> _Run:
+    return RUNS.get_or_build((trie.key, char_class), lambda: _run(trie, char_class))
+
+
+def _run_classes(trans: np.ndarray) -> list[tuple[np.ndarray, list[str]]]:
+    """States that loop on many ASCII bytes, grouped by those bytes, with the character classes
+    to try for them: the bytes plus every non-ASCII character (free text, JSON strings, raw
+    strings), then the bytes alone (patterns such as ``[a-z0-9_]*``)."""
+    n = trans.shape[0] - 1
+    loops = trans[:n, :128] == np.arange(n)[:, None]
+    wide = np.flatnonzero(loops.sum(axis=1) >= MIN_RUN_BYTES)
+    if not len(wide):
+        return []
+    keys, inverse = np.unique(np.packbits(loops[wide], axis=1), axis=0, return_inverse=True)
+    out = []
+    for g in range(len(keys)):
+        inside = np.flatnonzero(np.unpackbits(keys[g])[:128])
+        outside = np.setdiff1d(np.arange(128), inside)
+        out.append((wide[inverse.reshape(-1) == g],
+                    [f"[^{_hex(outside)}{SPECIAL_CLASS}]", f"[{_hex(inside)}]"]))
+    return out
+
+
+def _hex(byte_values: np.ndarray) -> str:
+    return "".join(f"\\x{b:02X}" for b in byte_values)
+
+
+def _run_states(trans: np.ndarray, run: _Run, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which of ``states`` move like the class automaton: (those states, their class-state map)."""
+    dead = trans.shape[0] - 1
+    m = np.full((len(states), run.trans.shape[0] - 1), dead, dtype=np.int32)
+    m[:, 0] = states
+    for a, b, d in run.tree.tolist():
+        m[:, d] = trans[m[:, a], b]
+    e = run.edges
+    ok = ((trans[m[:, e[:, 0]], e[:, 1]] == m[:, e[:, 2]]) & (m[:, e[:, 2]] != dead)).all(axis=1)
+    return states[ok], m[ok]
+
+
+
+def _token_edges(trans: np.ndarray, trie: _Trie, extra: tuple[tuple[bytes, int], ...], max_edges: int):
+    """Every (state, token, next state) of the byte DFA, walking the trie from all states at once.
+
+    Returns the walked edges and, for states that loop on a character class, the class's tokens
+    as one block each: {state: (token ids, next states)}.
+    """
+    n = trans.shape[0] - 1
+    blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    starts = [(np.arange(n, dtype=np.int32), np.zeros(n, dtype=np.int32), np.arange(n, dtype=np.int32))]
+    for group, classes in _run_classes(trans):
+        for char_class in classes:
+            run = _run_for(trie, char_class)
+            states, m = _run_states(trans, run, group)
+            group = np.setdiff1d(group, states)
+            for s, row in zip(states.tolist(), m):
+                blocks[s] = (run.ids, row[run.k])
+                cur = trans[row[run.exit_k], trie.byte[run.exits]]
+                alive = cur != n
+                starts.append((np.full(int(alive.sum()), s, dtype=np.int32), run.exits[alive], cur[alive]))
+    if blocks:
+        walked = np.ones(n, dtype=bool)
+        walked[list(blocks)] = False
+        starts[0] = tuple(a[walked] for a in starts[0])
+    src, node, cur = (np.concatenate(p) for p in zip(*starts))
+    parts, total = [], sum(len(b[0]) for b in blocks.values())
+    while len(src):
+        owner, pos = ranges(node, trie.eoff)
+        parts.append((src[owner], trie.ids[pos], cur[owner]))
+        total += len(owner)
+        if total > max_edges:
+            raise CompileError(f"the token automaton exceeds {max_edges} transitions")
+        owner, pos = ranges(node, trie.coff)
+        child = trie.child[pos]
+        nxt = trans[cur[owner], trie.byte[child]]
+        alive = nxt != n
+        src, node, cur = src[owner[alive]], child[alive], nxt[alive]
+    for text, token in extra:
+        cur = np.arange(n, dtype=np.int32)
+        for b in text:
+            cur = trans[cur, b]
+        ok = np.flatnonzero(cur != n).astype(np.int32)
+        parts.append((ok, np.full(len(ok), token, dtype=np.int32), cur[ok]))
+    src, tok, dst = (np.concatenate(p) for p in zip(*parts))
+    return src, tok, dst, blocks
+
+
+def build(regex: str, vocab: Vocab, key: str, macro: tuple[str, int] | None = None,
+           max_edges: int = DEFAULT_MAX_EDGES) -> Automaton:
+    """The token automaton of ``regex`` over ``vocab``, pruned to the useful states."""
+    trans, final = byte_dfa(regex)
+    n = len(final)
+    extra = ((macro[0].encode(), macro[1]),) if macro else ()
+    src, tok, dst, blocks = _token_edges(trans, vocabulary_trie(vocab), extra, max_edges)
+    # keep the states the initial one reaches by tokens and that can still reach acceptance
+    block_dst = {s: np.unique(t) for s, (_, t) in blocks.items()}
+    block_src = [np.full(len(t), s) for s, t in block_dst.items()]
+    gs, gd = state_graph(np.concatenate([src, *block_src]), np.concatenate([dst, *block_dst.values()]), n)
+    to_end = bfs(gd, gs, np.flatnonzero(final), n)
+    alive = (bfs(gs, gd, np.array([0]), n) < UNREACHABLE) & (to_end < UNREACHABLE)
+    if not alive[0]:
+        raise CompileError("the regex accepts no string this vocabulary can produce")
+    keep = alive[src] & alive[dst]
+    dense = (np.cumsum(alive) - 1).astype(np.int32)
+    m = int(alive.sum())
+    src, tok, dst = dense[src[keep]], tok[keep], dense[dst[keep]]
+    order = np.argsort(src.astype(np.int64) << 32 | tok)
+    tok, dst = tok[order], dst[order]
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=m))]).astype(np.int64)
+    if blocks:  # merge each class block (sorted) with its state's walked tokens
+        toks, tgts, counts = [], [], np.zeros(m + 1, dtype=np.int64)
+        for s in np.flatnonzero(alive).tolist():
+            d = dense[s]
+            t, g = tok[offsets[d]:offsets[d + 1]], dst[offsets[d]:offsets[d + 1]]
+            if s in blocks:
+                ids, to = blocks[s]
+                ok = alive[to]
+                ids, to = ids[ok], dense[to[ok]]
+                at = np.searchsorted(ids, t)
+                t, g = np.insert(ids, at, t), np.insert(to, at, g)
+            toks.append(t)
+            tgts.append(g)
+            counts[d + 1] = len(t)
+        tok, dst, offsets = np.concatenate(toks), np.concatenate(tgts), np.cumsum(counts)
+    return Automaton(offsets, tok, dst, final[alive], to_end[alive], key)

@@ -1,0 +1,65 @@
+"""Additive float32 masks (0 allowed, -inf banned), built once per content and shared by every grammar."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import mlx.core as mx
+import numpy as np
+
+from ..caches import Cache
+from ..vocabulary import Vocab
+from .automaton import Automaton
+
+MASKS = Cache("masks", 512 << 20, lambda m: m.nbytes)  # by content digest, bounded by bytes
+
+
+def additive_mask(ids: np.ndarray, width: int) -> mx.array:
+    """A float32 row: 0 where ``ids`` are allowed, -inf elsewhere (added to the logits)."""
+    m = np.full(width, -np.inf, dtype=np.float32)
+    m[ids] = 0.0
+    return mx.array(m)
+
+
+def shared_mask(ids: np.ndarray, width: int) -> tuple[bytes, mx.array]:
+    """The additive mask allowing ``ids``, built once per content: (its digest, the mask)."""
+    digest = hashlib.blake2b(ids.astype(np.int32).tobytes() + width.to_bytes(4, "little"), digest_size=16).digest()
+    return digest, MASKS.get_or_build(digest, lambda: additive_mask(ids, width))
+
+
+class MaskTable:
+    """Additive float32 masks (0 allowed, -inf banned) per (state, budget cap), deduplicated."""
+
+    def __init__(self, automaton: Automaton, vocab: Vocab, width: int):
+        self.a = automaton
+        self.vocab = vocab
+        self.width = width
+        self.cap = automaton.max_target_dist
+        self.by_key: dict[tuple[int, int], bytes] = {}
+        self.lock = threading.Lock()
+        eos = [i for i in vocab.eos_ids if i < width]
+        self.eos = np.asarray(eos, dtype=np.int64)
+        self.eos_only = additive_mask(self.eos[:1], width)
+
+    def allowed(self, state: int, left: int) -> np.ndarray:
+        """Token ids allowed in ``state`` with ``left`` tokens still to generate (this one included)."""
+        ids = self.a.successors_within(state, left - 1) if left > 0 else self.a.tokens[:0]
+        ids = ids[ids < self.width]
+        if self.a.final[state]:
+            ids = np.concatenate([ids, self.eos])
+        return ids
+
+    def mask(self, state: int, left: int) -> mx.array:
+        key = (state, int(min(left - 1, self.cap[state])))
+        digest = self.by_key.get(key)
+        m = MASKS.get(digest) if digest is not None else None
+        if m is not None:
+            return m
+        ids = self.allowed(state, left)
+        if len(ids) == 0:
+            return self.eos_only
+        digest, m = shared_mask(ids, self.width)
+        with self.lock:
+            self.by_key[key] = digest
+        return m

@@ -1,0 +1,93 @@
+"""The disk cache of compiled automata: one .npz file per key, pruned by bytes, least recently used first."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .automaton import Automaton
+
+FORMAT_VERSION = 2
+DEFAULT_DISK_BYTES = 4 << 30
+
+
+def disk_limit() -> int:
+    """Bytes the disk cache may hold (``TOOLGATE_CACHE_BYTES``); least recently used files go first."""
+    value = os.environ.get("TOOLGATE_CACHE_BYTES")
+    return int(value) if value else DEFAULT_DISK_BYTES
+
+
+def prune(folder: Path, keep: Path) -> None:
+    files = []
+    for f in folder.iterdir():
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        if f.suffix == ".tmp" and st.st_mtime < time.time() - 3600:  # left by a killed writer
+            f.unlink(missing_ok=True)
+        elif f.suffix == ".npz":
+            files.append((st.st_mtime, st.st_size, f))
+    total, limit = sum(size for _, size, _ in files), disk_limit()
+    for _, size, f in sorted(files):
+        if total <= limit:
+            break
+        if f != keep:
+            f.unlink(missing_ok=True)
+            total -= size
+
+
+def cache_dir() -> Path | None:
+    """Where compiled automata persist; ``TOOLGATE_CACHE_DIR=off`` disables the disk cache."""
+    value = os.environ.get("TOOLGATE_CACHE_DIR")
+    if value == "off":
+        return None
+    if value:
+        return Path(value)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mlx-toolgate"
+
+
+def save(path: Path, a: Automaton) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(
+                f,
+                version=np.array(FORMAT_VERSION),
+                key=np.array(a.key),
+                offsets=a.offsets,
+                tokens=a.tokens,
+                targets=a.targets,
+                final=a.final,
+                dist=a.dist,
+            )
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load(path: Path, key: str) -> Automaton | None:
+    """A cached automaton, or None when the file is missing, corrupt or for another key."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if int(z["version"]) != FORMAT_VERSION or str(z["key"]) != key:
+                return None
+            a = Automaton(z["offsets"], z["tokens"], z["targets"], z["final"], z["dist"], key)
+    except Exception:
+        return None
+    n = len(a.final)
+    ok = (
+        n > 0
+        and a.offsets.shape == (n + 1,)
+        and a.offsets[0] == 0
+        and a.offsets[-1] == len(a.tokens) == len(a.targets)
+        and a.dist.shape == (n,)
+        and (len(a.targets) == 0 or (a.targets.min() >= 0 and a.targets.max() < n))
+    )
+    return a if ok else None

@@ -1,0 +1,40 @@
+"""What the matcher drives: the protocol every compiled constraint offers.
+
+A JSON ``Grammar`` and a ``ToolGrammar`` both implement it; the matcher knows nothing else about
+them. States are opaque, hashable values; ``left`` is the number of tokens the request may still
+generate after the step (or, for ``mask``, including the token being chosen).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, Protocol
+
+import mlx.core as mx
+
+from .vocabulary import Vocab
+
+
+class Constraint(Protocol):
+    vocab: Vocab
+
+    @property
+    def initial_state(self) -> Hashable: ...
+
+    @property
+    def min_tokens(self) -> int:
+        """The fewest tokens of any complete output (end-of-sequence not counted)."""
+
+    def step(self, state: Any, token: int, left: int) -> Any:
+        """The state after ``token``, or None when the token is not allowed (or cannot finish in ``left``)."""
+
+    def is_final(self, state: Any) -> bool:
+        """The output so far is complete and valid."""
+
+    def is_complete(self, state: Any) -> bool:
+        """Complete, and nothing but end-of-sequence may follow."""
+
+    def mask(self, state: Any, left: int, width: int) -> mx.array:
+        """An additive (1, width)-broadcastable row: 0 for tokens that can still finish within ``left``."""
+
+    def eos_mask(self, width: int) -> mx.array:
+        """The row that allows only end-of-sequence."""

@@ -1,0 +1,28 @@
+"""The private-use characters that stand for added tokens, and the engine's own markers.
+
+Every added token (``<tool_call>``, ``<|im_end|>`` ...) is written in regexes as one character
+of U+E000..U+EFFF, so a grammar can ask for the token itself and ordinary text can never spell
+it. The top three slots are the engine's: the automaton's START and END sentinels and the macro
+that stands for one whole tool call in a turn's outer automaton.
+"""
+
+PUA_BASE = 0xE000
+PUA_LIMIT = 0x1000  # U+E000..U+EFFF all start with the UTF-8 byte 0xEE
+FORGE_BYTE = 0xEE  # ordinary tokens holding this byte could forge a symbol: they are dropped
+TOKEN_SLOTS = PUA_LIMIT - 3  # slots for added tokens; the rest are below
+
+START = chr(PUA_BASE + PUA_LIMIT - 3)  # U+EFFD: starts every compiled regex (see automata.byte_dfa)
+END = chr(PUA_BASE + PUA_LIMIT - 2)  # U+EFFE: ends every compiled regex
+MACRO = chr(PUA_BASE + PUA_LIMIT - 1)  # U+EFFF: one tool call in a turn's outer automaton
+
+SPECIAL_CLASS = r"\x{E000}-\x{EFFF}"  # the whole range, as it goes inside a regex class
+TEXT_REGEX = rf"[^{SPECIAL_CLASS}]*"  # free text: anything but a special token
+
+
+def token_symbol(slot: int) -> str:
+    """The character for the ``slot``-th added token."""
+    return chr(PUA_BASE + slot)
+
+
+def is_symbol(code_point: int) -> bool:
+    return PUA_BASE <= code_point < PUA_BASE + PUA_LIMIT

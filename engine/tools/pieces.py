@@ -1,0 +1,199 @@
+"""The automata of a tool list's call pieces: literals built directly, arguments compiled (lazily).
+
+Also what joins them: tokens that finish a literal piece and run on into the next piece
+(``": {"`` as one token), and each piece's fewest tokens to the end of its call.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..automata import UNREACHABLE, Automaton, compile_regex, distances
+from ..caches import Cache
+from ..errors import CompileError
+from ..vocabulary import Vocab
+from .calls import INDEX_MARK, CallSpec
+
+LITERALS = Cache("literal automata", 64 << 20, lambda a: a.nbytes)
+SORTED_TOKENS = Cache("sorted token bytes", 8, per_vocabulary=True)  # by vocabulary: (token bytes sorted, their ids)
+BYTE_TOKENS = Cache("single-byte tokens", 8, per_vocabulary=True)  # by vocabulary: the token of each byte value
+FIRST_BYTES = Cache("first bytes", 4096)  # by automaton key: first bytes of the initial state's tokens
+LONGEST = Cache("longest token", 8, per_vocabulary=True)  # by vocabulary: the longest token in bytes
+
+
+def literal_automaton(text: str, vocab: Vocab) -> Automaton:
+    """The automaton of one fixed string (special tokens as their symbols), built directly."""
+    return LITERALS.get_or_build(("literal", vocab.fingerprint, text), lambda: _literal(text, vocab))
+
+
+def _literal(text: str, vocab: Vocab) -> Automaton:
+    data = text.encode()
+    table = vocab.outlines_map
+    longest = LONGEST.get_or_build(vocab.fingerprint, lambda: max(len(b) for b in vocab.outlines_map))
+    n = len(data)
+    edges: list[list[tuple[int, int]]] = [[] for _ in range(n + 1)]
+    for i in range(n):
+        for j in range(i + 1, min(n, i + longest) + 1):
+            for t in table.get(data[i:j], ()):
+                edges[i].append((t, j))
+    reach, stack = {0}, [0]
+    while stack:
+        for _, j in edges[stack.pop()]:
+            if j not in reach:
+                reach.add(j)
+                stack.append(j)
+    order = sorted(reach)
+    dense = {s: k for k, s in enumerate(order)}
+    counts = np.zeros(len(order) + 1, dtype=np.int64)
+    toks, tgts = [], []
+    for k, s in enumerate(order):
+        row = sorted(edges[s])
+        toks += [t for t, _ in row]
+        tgts += [dense[j] for _, j in row]
+        counts[k + 1] = len(row)
+    offsets = np.cumsum(counts)
+    tokens = np.asarray(toks, dtype=np.int32)
+    targets = np.asarray(tgts, dtype=np.int32)
+    final = np.array([s == n for s in order], dtype=bool)
+    dist = distances(offsets, targets, final)
+    if dist[0] >= UNREACHABLE:
+        raise CompileError(f"the vocabulary cannot spell {text!r}")
+    return Automaton(offsets, tokens, targets, final, dist, "literal", positions=np.asarray(order, dtype=np.int64))
+
+
+def _prefixed(vocab: Vocab, prefix: bytes) -> list[tuple[bytes, int]]:
+    """Ordinary tokens longer than ``prefix`` that start with it."""
+    def build():
+        pairs = sorted((b, i) for i, b in enumerate(vocab.token_bytes) if b)
+        return [b for b, _ in pairs], [i for _, i in pairs]
+    keys, ids = SORTED_TOKENS.get_or_build(vocab.fingerprint, build)
+    out = []
+    for j in range(bisect.bisect_left(keys, prefix), len(keys)):
+        if not keys[j].startswith(prefix):
+            break
+        if len(keys[j]) > len(prefix):
+            out.append((keys[j], ids[j]))
+    return out
+
+
+def _byte_tokens(vocab: Vocab) -> list[int]:
+    """The single-byte token of each byte value (-1 where the vocabulary has none)."""
+    return BYTE_TOKENS.get_or_build(
+        vocab.fingerprint, lambda: [vocab.outlines_map.get(bytes([b]), [-1])[0] for b in range(256)])
+
+
+def _first_bytes(a: Automaton, vocab: Vocab) -> set[int]:
+    """The first bytes of the tokens allowed in ``a``'s initial state."""
+    def build():
+        toks = a.tokens[a.offsets[0]:a.offsets[1]].tolist()
+        return {vocab.token_bytes[t][0] for t in toks if t < len(vocab.token_bytes) and vocab.token_bytes[t]}
+    return FIRST_BYTES.get_or_build(a.key, build)
+
+
+class PieceStore:
+    """Per tool list: each piece's automaton (argument pieces compiled on first use with ``lazy``)
+    and the fewest tokens from each piece to the end of its call."""
+
+    def __init__(self, vocab: Vocab, calls: list[CallSpec], *, lazy: bool, timeout: float | None) -> None:
+        self.vocab = vocab
+        self.calls = calls
+        self.lazy = lazy
+        self.timeout = timeout
+        self._pieces: dict[tuple[int, int, int], Automaton] = {}
+        self._rest: dict[tuple[int, int, int], int] = {}
+        self._straddles: dict[tuple[int, int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in list(self._pieces.values()))
+
+    def compile_all(self, workers: int) -> None:
+        """Compile every argument piece now (``lazy=False``), ``workers`` at a time."""
+        jobs = [(ti, p) for ti, spec in enumerate(self.calls) for p, pc in enumerate(spec.pieces) if not pc.literal]
+        if workers > 1 and len(jobs) > 1:
+            with ThreadPoolExecutor(workers) as ex:
+                list(ex.map(lambda job: self.piece(job[0], job[1], 0), jobs))
+        else:
+            for ti, p in jobs:
+                self.piece(ti, p, 0)
+
+    def piece(self, ti: int, p: int, k: int) -> Automaton:
+        """Tool ``ti``'s piece ``p`` in call number ``k``; argument pieces compile on first use."""
+        spec = self.calls[ti].pieces[p]
+        key = (ti, p, k if spec.indexed else 0)
+        a = self._pieces.get(key)
+        if a is None:
+            if spec.literal:
+                a = literal_automaton(spec.text.replace(INDEX_MARK, str(k)), self.vocab)
+            else:
+                try:
+                    a = compile_regex(spec.text, self.vocab, timeout=self.timeout)
+                except CompileError as e:
+                    raise CompileError(f"tool {self.calls[ti].tool.name!r}: its arguments: {e}") from None
+            with self._lock:
+                self._pieces[key] = a
+        return a
+
+    def joins(self, ti: int, p: int) -> bool:
+        return self.calls[ti].pieces[p].joins
+
+    def last(self, ti: int, p: int) -> bool:
+        return p + 1 >= len(self.calls[ti].pieces)
+
+    def _min(self, ti: int, q: int, k: int) -> int:
+        """Piece ``q``'s fewest tokens as counted from outside it. Lazily compiled grammars always
+        count an argument piece by its bound, compiled or not, so what a request may do never
+        depends on which tools earlier requests happened to call."""
+        spec = self.calls[ti].pieces[q]
+        if spec.literal:
+            return self.piece(ti, q, k).min_tokens
+        return spec.bound if self.lazy else self.piece(ti, q, 0).min_tokens
+
+    def rest(self, ti: int, p: int, k: int) -> int:
+        """Fewest tokens of the pieces after ``p`` of tool ``ti``'s call number ``k``."""
+        key = (ti, p, k)
+        r = self._rest.get(key)
+        if r is None:
+            r = self._rest[key] = sum(self._min(ti, q, k) for q in range(p + 1, len(self.calls[ti].pieces)))
+        return r
+
+    def call_min(self, ti: int, k: int = 0) -> int:
+        """The fewest tokens of a whole call to tool ``ti``."""
+        return self.rest(ti, -1, k)
+
+    def straddle(self, ti: int, p: int, k: int, st: int) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens that finish literal piece ``p`` from state ``st`` and run on into piece p+1, with
+        the state each reaches there (so the model can write e.g. ``": {"`` as one token)."""
+        spec = self.calls[ti].pieces[p]
+        key = (ti, p, k if spec.indexed else 0, st)
+        got = self._straddles.get(key)
+        if got is not None:
+            return got
+        data = spec.text.replace(INDEX_MARK, str(k)).encode()
+        suffix = data[int(self.piece(ti, p, k).positions[st]):]
+        toks, tgts = [], []
+        candidates = _prefixed(self.vocab, suffix) if suffix else []
+        if candidates:
+            nxt = self.piece(ti, p + 1, k)
+            first = _first_bytes(nxt, self.vocab)
+            single = _byte_tokens(self.vocab)
+            for b, t in candidates:
+                if b[len(suffix)] not in first:
+                    continue
+                s = 0
+                for byte in b[len(suffix):]:
+                    s = nxt.next_state(s, single[byte]) if single[byte] >= 0 else -1
+                    if s < 0:
+                        break
+                if s >= 0:
+                    toks.append(t)
+                    tgts.append(s)
+        toks_a, tgts_a = np.asarray(toks, dtype=np.int32), np.asarray(tgts, dtype=np.int32)
+        order = np.argsort(toks_a, kind="stable")
+        got = self._straddles[key] = (toks_a[order], tgts_a[order])
+        return got

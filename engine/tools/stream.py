@@ -1,0 +1,115 @@
+"""Streaming: token ids in, OpenAI-style deltas out, by the grammar's own parser."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import GenerationError
+from .parser import Parser, call_id
+
+
+class StreamParser:
+    """Feed token ids as they come; ``feed`` returns OpenAI-style deltas: ``{"reasoning_content": s}``,
+    ``{"content": s}`` and ``{"tool_calls": [...]}``. A call opens with
+    ``{"index", "id", "type", "function": {"name", "arguments": ""}}`` once its tool is certain,
+    then sends ``{"index", "function": {"arguments": fragment}}`` as its arguments grow.
+    Concatenated (see ``accumulate``), the deltas equal ``parse`` of the whole output."""
+
+    def __init__(self, parser: Parser) -> None:
+        self.p = parser
+        self.ids: list[int] = []
+        self.sent = {"reasoning": 0, "content": 0}
+        self.calls: list[dict] = []  # per opened call: id, name, arguments sent so far
+        self.closed = 0
+
+    def feed(self, token_ids: list[int]) -> list[dict]:
+        self.ids += list(token_ids)
+        text = self.p.symbol_text(self.ids)
+        if text.endswith("\ufffd"):
+            return []  # a character split across tokens: wait for its other bytes
+        m = self.p.top.fullmatch(text, partial=True)
+        if m is None:
+            raise GenerationError(f"output left the {self.p.fmt.name} format: {self.p.plain(text)[-200:]!r}")
+        gd = m.groupdict()
+        deltas = []
+        reasoning = gd.get("reasoning_text")
+        closer = self.p.reasoning_closer
+        if reasoning is None and closer:
+            trial = self.p.top.fullmatch(text + closer, partial=True)
+            if trial is not None and trial.groupdict().get("reasoning_text") is not None \
+                    and trial.end("reasoning_text") == len(text):
+                reasoning = trial.group("reasoning_text")
+        if reasoning is not None:
+            deltas += self._grow("reasoning", "reasoning_content", reasoning)
+        content = gd.get("content_text")
+        # text that could still become calls (Llama 3's bare JSON) is held back
+        if content is not None and self.p.calls_region.fullmatch(content.lstrip(), partial=True) is None:
+            deltas += self._grow("content", "content", content)
+        start = self._calls_start(m, len(text))
+        if start is None:
+            return deltas
+        pos = start
+        for k, cm in enumerate(self.p.any_call.finditer(text, start)):
+            pos = cm.end()
+            if k >= self.closed:
+                call = self.p.call(cm.group(), [])
+                deltas += self._send(k, call["id"], call["function"]["name"], call["function"]["arguments"])
+                self.closed += 1
+        pm = self.p.any_call.search(text, pos, partial=True)
+        if pm is not None and pm.partial:
+            found = self.p.open_call(text[pm.start():])
+            if found is not None:
+                ti, groups, arguments = found
+                name = self.p.calls[ti].tool.name
+                deltas += self._send(self.closed, call_id(name, groups), name, arguments)
+        return deltas
+
+    def _send(self, index: int, cid: str, name: str, arguments: str) -> list[dict]:
+        """The header of call ``index`` (once) and whatever its arguments grew by."""
+        out = []
+        if index == len(self.calls):
+            self.calls.append({"id": cid, "name": name, "arguments": ""})
+            out.append({"tool_calls": [{"index": index, "id": cid, "type": "function",
+                                        "function": {"name": name, "arguments": ""}}]})
+        sent = self.calls[index]
+        if not arguments.startswith(sent["arguments"]):
+            raise GenerationError(f"call {index}: streamed arguments {sent['arguments']!r} are not a prefix "
+                                  f"of {arguments!r}")
+        if len(arguments) > len(sent["arguments"]):
+            out.append({"tool_calls": [{"index": index, "function": {"arguments": arguments[len(sent["arguments"]):]}}]})
+            sent["arguments"] = arguments
+        return out
+
+    @staticmethod
+    def _calls_start(m, length: int) -> int | None:
+        """Where the (possibly unfinished) calls begin, or None while the text is still content."""
+        gd = m.groupdict()
+        if gd.get("tool_calls") is not None:
+            return m.start("tool_calls")
+        if gd.get("content") is not None:
+            return m.end("content") if m.end("content") < length else None
+        return m.end("reasoning") if gd.get("reasoning") is not None else 0
+
+    def _grow(self, role: str, key: str, text: str) -> list[dict]:
+        """Send what is new, without leading and (not yet final) trailing whitespace."""
+        text = text.strip()
+        new = text[self.sent[role]:]
+        if not new:
+            return []
+        self.sent[role] = len(text)
+        return [{key: new}]
+
+
+def accumulate_deltas(deltas: list[dict]) -> dict:
+    """Streamed deltas put back together: content, reasoning_content and whole tool calls."""
+    out: dict[str, Any] = {"content": None, "reasoning_content": None, "tool_calls": []}
+    for d in deltas:
+        for key in ("content", "reasoning_content"):
+            if d.get(key):
+                out[key] = (out[key] or "") + d[key]
+        for c in d.get("tool_calls", []):
+            if c["index"] == len(out["tool_calls"]):
+                out["tool_calls"].append({"id": c.get("id"), "type": "function",
+                                          "function": {"name": c["function"].get("name", ""), "arguments": ""}})
+            out["tool_calls"][c["index"]]["function"]["arguments"] += c["function"].get("arguments", "")
+    return out
