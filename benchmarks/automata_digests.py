@@ -3,7 +3,7 @@
 Compiles a JSONSchemaBench sample (3 schemas from each subset) and every family's tool grammar
 (BFCL and MCP tools; auto and required; thinking as the model likes and off; every argument piece
 compiled) on the real tokenizers, and hashes each automaton's arrays (offsets, tokens, targets,
-final, distances). Reads ../shared (or TOOLGATE_SHARED).
+final, distances). Schemas from ../shared (or TOOLGATE_SHARED); tokenizers from tests/fixtures.
 
     python benchmarks/automata_digests.py --write benchmarks/automata_digests.json   # record
     python benchmarks/automata_digests.py --check benchmarks/automata_digests.json   # compare
@@ -21,11 +21,12 @@ from pathlib import Path
 os.environ["TOOLGATE_CACHE_DIR"] = "off"  # build every automaton, never read one back
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+SHARED = Path(os.environ.get("TOOLGATE_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 
 import numpy as np  # noqa: E402
 
 import engine  # noqa: E402
-from conftest import DATA, load_tokenizer  # noqa: E402
+from conftest import load_tokenizer  # noqa: E402
 from engine.tools import FAMILIES  # noqa: E402
 from test_toolcalls import offered_tools, tokenizer_for  # noqa: E402
 
@@ -40,7 +41,7 @@ def digest(a) -> str:
 def digests() -> dict[str, str]:
     out = {}
     tok = load_tokenizer("qwen3")
-    for f in sorted((DATA / "jsonschemabench").glob("*.jsonl")):
+    for f in sorted((SHARED / "data" / "jsonschemabench").glob("*.jsonl")):
         rows = sorted((json.loads(line) for line in open(f)), key=lambda r: r["unique_id"])
         for row in rows[:: max(1, len(rows) // 3)][:3]:
             key = f"schema {f.stem} {row['unique_id']}"

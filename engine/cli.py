@@ -122,6 +122,8 @@ def cmd_formats(args) -> int:
 
 
 def cmd_check(args) -> int:
+    from tqdm import tqdm
+
     from .tools import compile_tools
 
     tokenizer = _tokenizer(args)
@@ -129,8 +131,7 @@ def cmd_check(args) -> int:
     if not tools:
         raise ToolgateError("check needs --tools FILE")
     report = []
-    for i, tool in enumerate(tools):
-        print(f"[{i + 1}/{len(tools)}] compiling ...", file=sys.stderr, flush=True)
+    for tool in tqdm(tools, desc="compiling tools", unit="tool", file=sys.stderr):
         t = time.perf_counter()
         g = compile_tools(tokenizer, [tool], format=args.format, tool_choice="required", lazy=False)
         seconds = time.perf_counter() - t
@@ -140,6 +141,17 @@ def cmd_check(args) -> int:
                        "shortest_call_tokens": g.pieces.call_min(0),
                        "unenforced": [f"{where}: {keyword}" for where, keyword in g.unenforced]})
     print(json.dumps(report, ensure_ascii=False, indent=2))
+    return 0
+
+
+def cmd_build(args) -> int:
+    from .default_model import shipped_model_dir, train_default_model
+
+    out = Path(args.out) if args.out else shipped_model_dir()
+    settings = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
+    manifest = train_default_model(out, **settings)
+    print(json.dumps({"folder": str(out), **{k: manifest[k] for k in ("version", "settings", "parameters",
+                      "loss_first", "loss_last", "train_seconds")}}, indent=2))
     return 0
 
 
@@ -156,9 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None)
     run.add_argument("--format", help="tool-call format (default: detected from the tokenizer)")
     run.add_argument("--max-tokens", type=int, default=64)
-    run.add_argument("--temp", type=float, default=1.0)
+    run.add_argument("--temp", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--stream", action="store_true", help="print OpenAI-style deltas as they come")
+    build = sub.add_parser("build-default-model", help="train the embedded default model (what ships in the package)")
+    build.add_argument("--out", help="folder to write (default: the package's engine/embedded_model)")
+    build.add_argument("--steps", type=int, help="training steps (default: the shipped model's)")
+    build.add_argument("--seed", type=int, help="seed (default: the shipped model's)")
     for name, helptext in (("formats", "the tool-call formats and the one a tokenizer resolves to"),
                            ("check", "compile each tool and report its size, shortest call and unenforced keywords")):
         p = sub.add_parser(name, help=helptext)
@@ -169,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--format", help="tool-call format (default: detected)")
     args = parser.parse_args(argv)
     try:
-        return {"run": cmd_run, "formats": cmd_formats, "check": cmd_check}[args.command](args)
+        return {"run": cmd_run, "formats": cmd_formats, "check": cmd_check,
+                "build-default-model": cmd_build}[args.command](args)
     except (ToolgateError, ValueError) as e:
         print(f"toolgate: error: {e}", file=sys.stderr)
         return 2

@@ -1,25 +1,30 @@
-"""The embedded default model: a small tool-calling model the project builds for itself, offline.
+"""The embedded default model: a small tool-calling model the project trains for itself, offline.
 
-No weights can be downloaded or shipped from elsewhere, so on first use (cached afterwards) we
-write a corpus of synthetic tool-use dialogues from templates, train a byte-level BPE tokenizer on
-it with the ``tokenizers`` library (Qwen-style chat template, ``<tool_call>`` and ``<think>``
-tokens), and train a small Qwen3-architecture MLX model on it for a short while. Its calls pick a
-fitting tool and plausible arguments for simple prompts ("What's the weather in Paris?");
-whatever it samples, the constraint keeps every call valid.
+The trainer writes a corpus of synthetic tool-use dialogues from templates, trains a byte-level
+BPE tokenizer on it with the ``tokenizers`` library (Qwen-style chat template, ``<tool_call>`` and
+``<think>`` tokens), and trains a small Qwen3-architecture MLX model on the assistant turns with a
+fixed seed. Its output (tokenizer, weights, and a MANIFEST.json with the settings, the loss curve
+and each file's size and hash) ships in the package (``engine/embedded_model``), so the first run
+answers at once; it is rebuilt into the user's cache only when the shipped VERSION differs from
+this module's. ``toolgate build-default-model`` re-runs the trainer.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
 import shutil
 import sys
 import tempfile
+import time
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-VERSION = 1
+VERSION = 2
+SETTINGS = {"steps": 2400, "batch": 8, "dialogues": 4000, "seed": 0, "vocab_size": 1024, "learning_rate": 3e-3}
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
                   "<think>", "</think>", "<tool_response>", "</tool_response>"]
 
@@ -145,6 +150,18 @@ def _dialogue(rng: random.Random) -> tuple[list[dict], bool]:
     return messages, bool(calls) or rng.random() < 0.5
 
 
+def probe_prompts(n: int, seed: int = 1) -> list[tuple[str, list[str]]]:
+    """``n`` user prompts from the training templates with a seed of their own: (prompt, the tool
+    names a fitting answer calls, in order; empty when no tool fits)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        messages, _ = _dialogue(rng)
+        calls = messages[1].get("tool_calls") or []
+        out.append((messages[0]["content"], [c["function"]["name"] for c in calls]))
+    return out
+
+
 def _render(messages: list[dict], tools: list | None) -> str:
     """The template rendered as transformers renders it (the tokenizer does not exist yet)."""
     import jinja2
@@ -188,13 +205,15 @@ def _config(vocab_size: int) -> dict:
             "tie_word_embeddings": True, "torch_dtype": "float32"}
 
 
-def _train(hf: Any, texts: list[str], config: dict, steps: int, batch: int, seed: int) -> Any:
-    """Train on the assistant turns (the part a tool call comes from) with Adam."""
+def _train(hf: Any, texts: list[str], config: dict, steps: int, batch: int, seed: int,
+           learning_rate: float, progress: bool) -> tuple[Any, list[float]]:
+    """Train on the assistant turns (the part a tool call comes from) with AdamW: (model, losses)."""
     import mlx.core as mx
     import mlx.nn as nn
     import mlx.optimizers as optim
     import numpy as np
     from mlx_lm.models import qwen3
+    from tqdm import tqdm
 
     mx.random.seed(seed)
     model = qwen3.Model(qwen3.ModelArgs.from_dict(config))
@@ -209,18 +228,20 @@ def _train(hf: Any, texts: list[str], config: dict, steps: int, batch: int, seed
                 inside = hf.decode(ids[i + 1:i + 3]).startswith("assistant")
             weight[i] = inside
         rows.append((ids, weight))
-    length = max(len(ids) for ids, _ in rows)
 
     def loss_fn(model, x, y, w):
         logits = model(x)
         ce = nn.losses.cross_entropy(logits, y, reduction="none")
         return (ce * w).sum() / w.sum()
 
-    opt = optim.AdamW(learning_rate=optim.cosine_decay(3e-3, steps, 3e-4), weight_decay=0.01)
+    opt = optim.AdamW(learning_rate=optim.cosine_decay(learning_rate, steps, learning_rate / 10), weight_decay=0.01)
     step_fn = nn.value_and_grad(model, loss_fn)
     rng = np.random.default_rng(seed)
-    for step in range(steps):
+    losses = []
+    bar = tqdm(range(steps), desc="training the default model", unit="step", file=sys.stderr, disable=not progress)
+    for _ in bar:
         pick = rng.choice(len(rows), batch, replace=False)
+        length = max(len(rows[i][0]) for i in pick)  # pad to this batch's longest dialogue only
         x = np.zeros((batch, length), dtype=np.int32)
         w = np.zeros((batch, length), dtype=np.float32)
         for b, i in enumerate(pick):
@@ -231,54 +252,95 @@ def _train(hf: Any, texts: list[str], config: dict, steps: int, batch: int, seed
         loss, grads = step_fn(model, xs, ys, ws)
         opt.update(model, grads)
         mx.eval(model.parameters(), opt.state, loss)
-        if step % 25 == 0 or step == steps - 1:
-            print(f"  training the default model: step {step + 1}/{steps}, loss {loss.item():.3f}",
-                  file=sys.stderr, flush=True)
-    return model
+        losses.append(round(loss.item(), 4))
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+    return model, losses
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def train_default_model(folder: str | Path, *, progress: bool = True, **settings: Any) -> dict:
+    """Train the default model into ``folder`` (replaced whole) and return its manifest.
+    ``settings`` override SETTINGS (steps, batch, dialogues, seed, vocab_size, learning_rate)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    unknown = set(settings) - set(SETTINGS)
+    if unknown:
+        raise ValueError(f"unknown training settings {sorted(unknown)}; known: {sorted(SETTINGS)}")
+    cfg = {**SETTINGS, **settings}
+    out = Path(folder)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".building-"))
+    t = time.perf_counter()
+    try:
+        texts = corpus(cfg["dialogues"], cfg["seed"])
+        hf = _train_tokenizer(texts, tmp, vocab_size=cfg["vocab_size"])
+        config = _config(len(hf))
+        model, losses = _train(hf, texts, config, cfg["steps"], cfg["batch"], cfg["seed"], cfg["learning_rate"],
+                               progress)
+        mx.save_safetensors(str(tmp / "model.safetensors"), dict(tree_flatten(model.parameters())))
+        (tmp / "config.json").write_text(json.dumps(config, indent=1))
+        files = {f.name: {"bytes": f.stat().st_size, "sha256": _digest(f)} for f in sorted(tmp.iterdir())}
+        manifest = {"version": VERSION, "settings": cfg, "files": files, "parameters": _count(model),
+                    "loss_first": losses[0], "loss_last": sum(losses[-20:]) / len(losses[-20:]),
+                    "loss_every_100": losses[::100], "train_seconds": round(time.perf_counter() - t, 1)}
+        (tmp / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        tmp.chmod(0o755)  # mkdtemp makes it private; the model is package data
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _count(model: Any) -> int:
+    from mlx.utils import tree_flatten
+
+    return sum(v.size for _, v in tree_flatten(model.parameters()))
+
+
+def shipped_model_dir() -> Path:
+    """The model shipped in the package (engine/embedded_model)."""
+    return Path(str(resources.files("engine") / "embedded_model"))
+
+
+def read_manifest(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / "MANIFEST.json").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def default_model_dir() -> Path:
-    """Where the default model lives (``TOOLGATE_DEFAULT_MODEL`` overrides)."""
+    """The folder the default model loads from: ``TOOLGATE_DEFAULT_MODEL`` if set, else the shipped
+    model when its version is this module's, else a build in the user's cache."""
     value = os.environ.get("TOOLGATE_DEFAULT_MODEL")
     if value:
         return Path(value)
+    shipped = shipped_model_dir()
+    if (read_manifest(shipped) or {}).get("version") == VERSION:
+        return shipped
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mlx-toolgate"
     return base / f"default-model-v{VERSION}"
 
 
-def build_default_model(folder: str | Path | None = None, *, steps: int = 600, batch: int = 8,
-                        dialogues: int = 3000, seed: int = 0) -> Path:
-    """Build the default model into ``folder`` (once: an existing build is reused)."""
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
-
-    out = Path(folder) if folder else default_model_dir()
-    if (out / "model.safetensors").exists() and (out / "config.json").exists():
-        return out
-    print(f"building the default model in {out} (once; a few minutes on a CPU) ...", file=sys.stderr, flush=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".building-"))
-    try:
-        texts = corpus(dialogues, seed)
-        (tmp / "corpus.txt").write_text("\n".join(texts))
-        hf = _train_tokenizer(texts, tmp, vocab_size=1024)
-        config = _config(len(hf))
-        model = _train(hf, texts, config, steps, batch, seed)
-        mx.save_safetensors(str(tmp / "model.safetensors"), dict(tree_flatten(model.parameters())))
-        (tmp / "config.json").write_text(json.dumps(config, indent=1))
-        (tmp / "corpus.txt").unlink()
-        try:
-            os.replace(tmp, out)  # another process may have finished first: keep its build
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+def build_default_model() -> Path:
+    """The default model's folder, trained there first if it holds no model of this VERSION."""
+    out = default_model_dir()
+    if (read_manifest(out) or {}).get("version") != VERSION:
+        print(f"toolgate: training the default model in {out} (once; about {SETTINGS['steps'] // 100} minutes "
+              "on a CPU)", file=sys.stderr, flush=True)
+        train_default_model(out)
     return out
 
 
 def load_default_model():
-    """(model, tokenizer) of the default model, built on first use."""
+    """(model, tokenizer) of the default model: the shipped one, or built once on a version mismatch."""
     import mlx_lm
 
     return mlx_lm.load(str(build_default_model()))

@@ -9,7 +9,7 @@ import pytest
 from mlx_lm.sample_utils import make_sampler
 
 import engine
-from conftest import TOKENIZERS, need_shared
+from conftest import tokenizer_dir
 from models import write_random_model
 from tooldata import mcp_tools
 
@@ -23,7 +23,7 @@ ITEMS = {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems
 def models(tmp_path_factory):
     import mlx_lm
 
-    tokenizer = need_shared(TOKENIZERS / "qwen3")
+    tokenizer = tokenizer_dir("qwen3")
     main = write_random_model(tokenizer, tmp_path_factory.mktemp("main"), vocab_size=151936, seed=1)
     draft = write_random_model(tokenizer, tmp_path_factory.mktemp("draft"), vocab_size=151936, seed=2)
     model, tok = mlx_lm.load(str(main))

@@ -2,34 +2,25 @@
 and on a random-weight model with the real Qwen3 vocabulary."""
 
 import json
-import os
 from pathlib import Path
 
 import jsonschema
 import pytest
 
-from conftest import TOKENIZERS, need_shared
+from conftest import tokenizer_dir
 from engine.cli import main
-from engine.default_model import DEMO_TOOLS, build_default_model
+from engine.default_model import DEMO_TOOLS
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = str(ROOT / "examples" / "weather.tools.json")
 SCHEMA = str(ROOT / "examples" / "person.schema.json")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def default_model(tmp_path_factory):
-    """The real default build (same steps as a user's first run), in this session's folder."""
-    folder = tmp_path_factory.mktemp("default-model") / "model"
-    os.environ["TOOLGATE_DEFAULT_MODEL"] = str(folder)
-    return build_default_model()
-
-
 @pytest.fixture(scope="session")
 def random_qwen3(tmp_path_factory):
     from models import write_random_model
 
-    return str(write_random_model(need_shared(TOKENIZERS / "qwen3"), tmp_path_factory.mktemp("rq"), vocab_size=151936))
+    return str(write_random_model(tokenizer_dir("qwen3"), tmp_path_factory.mktemp("rq"), vocab_size=151936))
 
 
 def run(capsys, *argv):
@@ -53,21 +44,6 @@ def test_default_run_offers_the_demo_tools(capsys):
     assert "demo tools" in err
     assert result["finish_reason"] in ("tool_calls", "stop")
     check_calls(result, DEMO_TOOLS)
-
-
-def test_default_model_picks_fitting_tools(capsys):
-    """Trained, not random: greedy answers name the tool the prompt asks for (most of the time)."""
-    prompts = {"What time is it in Tokyo?": "get_time", "Convert 20 EUR to USD.": "convert_currency",
-               "Search the web for jazz history.": "search_web", "Is it raining in London?": "get_weather",
-               "Find news about solar panels.": "search_web", "Current time in Oslo?": "get_time"}
-    hits = 0
-    for prompt, tool in prompts.items():
-        code, out, err = run(capsys, "run", "--temp", "0", "--max-tokens", "60", prompt)
-        assert code == 0, err
-        result = json.loads(out)
-        check_calls(result, DEMO_TOOLS)
-        hits += [c["function"]["name"] for c in result["tool_calls"]][:1] == [tool]
-    assert hits >= 4, hits
 
 
 def test_every_tool_choice_and_flag(capsys):
@@ -143,7 +119,7 @@ def test_formats_and_check(capsys, random_qwen3):
     code, out, err = run(capsys, "formats")
     assert code == 0, err
     assert json.loads(out)["resolves_to"] == "hermes"
-    code, out, err = run(capsys, "formats", "--tokenizer", str(need_shared(TOKENIZERS / "kimi-k2")))
+    code, out, err = run(capsys, "formats", "--tokenizer", str(tokenizer_dir("kimi-k2")))
     assert code == 0, err
     report = json.loads(out)
     assert report["resolves_to"] == "kimi_k2"

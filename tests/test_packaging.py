@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import FULL
 from engine.tools import FAMILIES
 
 
@@ -61,10 +62,10 @@ def interpreter(version: str) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("version", ["3.12", "3.13"])
+@pytest.mark.parametrize("version", ["3.13"] + (["3.12"] if FULL else []))
 def test_other_pythons_install_and_run(version, tmp_path):
-    """requires-python is >=3.11 (mlx-lm 0.32 needs it); the newer Pythons install the package from
-    this checkout into a fresh venv and run the smoke script."""
+    """requires-python is >=3.11 (mlx-lm 0.32 needs it); the newest Python (and 3.12 with --full)
+    installs the package from this checkout into a fresh venv and runs the smoke script."""
     python = interpreter(version)
     if python is None:
         pytest.skip(f"no Python {version} on this machine")

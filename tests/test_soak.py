@@ -10,12 +10,13 @@ import mlx.core as mx
 from mlx_lm.sample_utils import make_sampler
 
 import engine
+from conftest import scale
 from test_tool_models import eager, model_for
 from test_toolcalls import TOKENIZER_OF, offered_tools
 
 FAMILIES = [f for f in TOKENIZER_OF if f != "mistral_args"]  # no tekken tokenizer for a model here
-PER_FAMILY = 125  # in each of two halves
-WARM = 12
+PER_FAMILY = scale(20, 125)  # in each of two halves (--full: the long soak)
+WARM = scale(5, 12)
 CHOICES = ["required", "auto", "none", "auto", "required"]
 
 

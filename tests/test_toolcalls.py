@@ -16,7 +16,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from conftest import TOKENIZERS, load_tokenizer, need_shared
+from conftest import FULL, load_tokenizer, scale, tokenizer_dir
 from engine import accumulate_deltas, compile_tools, detect_format
 from engine.automata import AUTOMATA, automaton_key
 from engine.errors import BudgetError, CompileError, RequestError, SchemaError, TokenizerError
@@ -53,7 +53,7 @@ def tokenizer_for(family):
     if "tok" not in _WITH_ARGS:
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(str(need_shared(TOKENIZERS / "mistral")))
+        tok = AutoTokenizer.from_pretrained(str(tokenizer_dir("mistral")))
         tok.add_tokens(["[ARGS]"], special_tokens=True)
         _WITH_ARGS["tok"] = tok
     return _WITH_ARGS["tok"]
@@ -150,9 +150,9 @@ def test_detect_format():
     for family in ("hermes", "kimi_k2", "glm47", "harmony", "llama3_json", "mistral"):
         assert detect_format(load_tokenizer(TOKENIZER_OF[family])) == family
     qwen = load_tokenizer("qwen3")
-    coder = (need_shared(TOKENIZERS / "qwen3") / "Qwen3-Coder.jinja").read_text()
+    coder = (tokenizer_dir("qwen3") / "Qwen3-Coder.jinja").read_text()
     glm = load_tokenizer("glm4")
-    glm45 = (TOKENIZERS / "glm4" / "GLM-4.6.jinja").read_text()
+    glm45 = (tokenizer_dir("glm4") / "GLM-4.6.jinja").read_text()
     saved_q, saved_g = qwen.chat_template, glm.chat_template
     try:
         qwen.chat_template, glm.chat_template = coder, glm45
@@ -183,7 +183,7 @@ def test_random_client_every_mode(family):
     for choice, parallel, thinking in _modes(family):
         g = compile_tools(tok, tools, format=family, tool_choice=choice, parallel_tool_calls=parallel,
                           thinking=thinking)
-        for trial in range(3):
+        for trial in range(scale(2, 3)):
             budget = int(rng.integers(g.min_tokens, g.min_tokens + 120))
             ids, ended = sample(g, budget, rng)
             assert len(ids) <= budget
@@ -205,7 +205,7 @@ def test_budget_sweep_never_leaves_a_call_open(family):
     with pytest.raises(BudgetError, match=str(g.min_tokens)):
         g.matcher(g.min_tokens - 1)
     rng = np.random.default_rng(11)
-    for budget in range(g.min_tokens, g.min_tokens + 41):
+    for budget in range(g.min_tokens, g.min_tokens + scale(21, 41)):
         ids, _ = sample(g, budget, rng, special_rate=0.0)
         state = g.walk(ids, budget)
         assert state is not None and g.is_final(state)
@@ -246,8 +246,9 @@ def test_kimi_call_indices_count_calls():
     g = compile_tools(tok, offered_tools(), format="kimi_k2", tool_choice="required")
     rng = np.random.default_rng(2)
     seen = 0
-    for _ in range(12):
-        ids, _ = sample(g, 400, rng, special_rate=0.6)
+    budget, n, rate = (400, 12, 0.6) if FULL else (150, 10, 0.9)
+    for _ in range(n):
+        ids, _ = sample(g, budget, rng, special_rate=rate)
         calls = g.parse(ids).tool_calls
         assert [c["id"].rsplit(":", 1)[1] for c in calls] == [str(i) for i in range(len(calls))]
         seen = max(seen, len(calls))

@@ -1,13 +1,13 @@
-"""Real tool definitions from ../shared/data: BFCL (its own type dialect, mapped the way BFCL maps
+"""Real tool definitions from tests/fixtures/data: BFCL (its own type dialect, mapped the way BFCL maps
 it to JSON Schema) and MCP server tool lists."""
 
 import json
 
-from conftest import DATA, need_shared
+from conftest import DATA
 
 
 def _bfcl_types() -> dict:
-    return json.loads((need_shared(DATA / "bfcl") / "type_mapping_gorilla_to_openapi.json").read_text())
+    return json.loads((DATA / "bfcl" / "type_mapping_gorilla_to_openapi.json").read_text())
 
 
 def bfcl_schema(node, types=None):
@@ -34,7 +34,7 @@ def bfcl_schema(node, types=None):
 
 def bfcl_tools(category: str = "simple_python", limit: int = 10) -> list[dict]:
     """Distinct tools of a BFCL category, OpenAI-shaped."""
-    path = need_shared(DATA / "bfcl") / f"{category}.jsonl"
+    path = DATA / "bfcl" / f"{category}.jsonl"
     types = _bfcl_types()
     out, seen = [], set()
     for line in path.read_text().splitlines():
@@ -51,7 +51,7 @@ def bfcl_tools(category: str = "simple_python", limit: int = 10) -> list[dict]:
 
 
 def mcp_tools(limit: int = 42) -> list[dict]:
-    path = need_shared(DATA / "mcp_tools") / "tools.jsonl"
+    path = DATA / "mcp_tools" / "tools.jsonl"
     out = []
     for line in path.read_text().splitlines()[:limit]:
         t = json.loads(line)["tool"]

@@ -7,10 +7,12 @@ Also what joins them: tokens that finish a literal piece and run on into the nex
 from __future__ import annotations
 
 import bisect
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from tqdm import tqdm
 
 from ..automata import UNREACHABLE, Automaton, compile_regex, distances
 from ..caches import Cache
@@ -18,6 +20,7 @@ from ..errors import CompileError
 from ..vocabulary import Vocab
 from .calls import INDEX_MARK, CallSpec
 
+PROGRESS_FROM = 20  # argument pieces; fewer compile in well under a second
 LITERALS = Cache("literal automata", 64 << 20, lambda a: a.nbytes)
 SORTED_TOKENS = Cache("sorted token bytes", 8, per_vocabulary=True)  # by vocabulary: (token bytes sorted, their ids)
 BYTE_TOKENS = Cache("single-byte tokens", 8, per_vocabulary=True)  # by vocabulary: the token of each byte value
@@ -113,14 +116,14 @@ class PieceStore:
         return sum(a.nbytes for a in list(self._pieces.values()))
 
     def compile_all(self, workers: int) -> None:
-        """Compile every argument piece now (``lazy=False``), ``workers`` at a time."""
+        """Compile every argument piece now (``lazy=False``), ``workers`` at a time; a progress bar
+        on stderr (a terminal only) when there are many."""
         jobs = [(ti, p) for ti, spec in enumerate(self.calls) for p, pc in enumerate(spec.pieces) if not pc.literal]
-        if workers > 1 and len(jobs) > 1:
-            with ThreadPoolExecutor(workers) as ex:
-                list(ex.map(lambda job: self.piece(job[0], job[1], 0), jobs))
-        else:
-            for ti, p in jobs:
-                self.piece(ti, p, 0)
+        bar = tqdm(total=len(jobs), desc="compiling tool arguments", unit="tool", file=sys.stderr,
+                   disable=None if len(jobs) >= PROGRESS_FROM else True, leave=False)
+        with bar, ThreadPoolExecutor(max(1, workers)) as ex:
+            for _ in ex.map(lambda job: self.piece(job[0], job[1], 0), jobs):
+                bar.update()
 
     def piece(self, ti: int, p: int, k: int) -> Automaton:
         """Tool ``ti``'s piece ``p`` in call number ``k``; argument pieces compile on first use."""
