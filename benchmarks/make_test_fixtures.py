@@ -102,6 +102,10 @@ def main() -> None:
     mcp.mkdir(parents=True, exist_ok=True)
     for f in ("tools.jsonl", "SOURCE.md"):
         shutil.copy(shared / "data" / "mcp_tools" / f, mcp / f)
+    suite = OUT / "data" / "json-schema-test-suite"  # the whole draft 2020-12 required set, unchanged
+    suite.mkdir(parents=True, exist_ok=True)
+    for f in (shared / "data" / "json-schema-test-suite").iterdir():
+        shutil.copy(f, suite / f.name)
     print(f"wrote {OUT}: {sum(f.stat().st_size for f in OUT.rglob('*') if f.is_file()) / 1e6:.1f} MB")
 
 

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
+from urllib.parse import unquote
 
 import jsonschema
 
@@ -104,6 +105,9 @@ class _Translator:
         self.unenforced: list[tuple[str, str]] = []
         self.expanding: list[str] = []  # $refs being expanded, outermost first
         self.expanded = 0  # characters produced by $ref expansions so far
+        # embedded resources: an $id below the root with more than a fragment (a "#name" id is an anchor)
+        self.resources = any(isinstance(x.get("$id"), str) and not x["$id"].startswith("#")
+                             for x in _subschemas(root) if x is not root)
 
     def skip(self, pointer: str, keyword: str, why: str) -> None:
         if self.o.strict:
@@ -116,7 +120,7 @@ class _Translator:
         if s is True or s == {}:
             return self.any_value(self.o.max_depth, p)
         if s is False:
-            raise SchemaError("the schema `false` accepts nothing", pointer=p, keyword="false")
+            raise Unsatisfiable("the schema `false` accepts nothing", pointer=p, keyword="false")
         if not isinstance(s, dict):
             raise SchemaError(f"a schema must be an object or a boolean, not {type(s).__name__}", pointer=p)
         if "$ref" in s:
@@ -125,7 +129,8 @@ class _Translator:
             return self.value(self.merge_all_of(s, p), p)
         if "anyOf" in s or "oneOf" in s:
             return self.choice(s, p)
-        for k in ("not", "if", "then", "else", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems"):
+        for k in ("not", "if", "then", "else", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems",
+                  "$dynamicRef", "$recursiveRef"):
             if k in s:
                 self.skip(p, k, "this keyword cannot be expressed by the token mask")
         if "const" in s:
@@ -190,7 +195,8 @@ class _Translator:
         subs = s["allOf"]
         if not isinstance(subs, list) or not subs:
             raise SchemaError("allOf must be a non-empty array", pointer=p, keyword="allOf")
-        merged = {k: v for k, v in s.items() if k != "allOf"}
+        merged = {k: v for k, v in s.items() if k not in ("allOf", *_POSITIONAL)}
+        positional = [_positional(s)]  # each branch's (prefix item schemas, schema of the rest)
         closed: list[set] = []  # property sets of branches that forbid other properties
         if merged.get("additionalProperties", True) is not True:
             closed.append(set(merged.get("properties", {})))
@@ -200,13 +206,14 @@ class _Translator:
             if sub is True:
                 continue
             if not isinstance(sub, dict):
-                raise SchemaError("the schema `false` accepts nothing", pointer=_ptr(p, "allOf", i), keyword="allOf")
+                raise Unsatisfiable("the schema `false` accepts nothing", pointer=_ptr(p, "allOf", i), keyword="allOf")
             if "allOf" in sub:
                 sub = self.merge_all_of(sub, _ptr(p, "allOf", i))
             if sub.get("additionalProperties", True) is not True:
                 closed.append(set(sub.get("properties", {})))
+            positional.append(_positional(sub))
             for k, v in sub.items():
-                if k in ANNOTATIONS or k.startswith("x-"):
+                if k in ANNOTATIONS or k.startswith("x-") or k in _POSITIONAL:
                     continue
                 if k not in merged:
                     merged[k] = v
@@ -222,7 +229,7 @@ class _Translator:
                     b = {v} if isinstance(v, str) else set(v)
                     both = (a & b) | ({"integer"} if "integer" in a | b and "number" in a | b else set())
                     if not both:
-                        raise SchemaError("allOf branches require different types", pointer=p, keyword="allOf")
+                        raise Unsatisfiable("allOf branches require different types", pointer=p, keyword="allOf")
                     merged[k] = sorted(both)
                 elif k in ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"):
                     merged[k] = max(merged[k], v)
@@ -233,15 +240,34 @@ class _Translator:
         names = set(merged.get("properties", {}))
         if any(names - c for c in closed):
             self.skip(p, "additionalProperties", "a branch of allOf forbids properties another adds")
+        # an item is bound by every branch's schema for its position: a branch's prefixItems does not
+        # move another branch's items along (items of a schema without prefixItems covers every item)
+        positional = [x for x in positional if x is not None]
+        if len(positional) == 1:
+            merged["prefixItems"], merged["items"] = positional[0]
+        elif positional:
+            width = max(len(prefix) for prefix, _ in positional)
+            merged["prefixItems"] = [_conjunction([prefix[i] if i < len(prefix) else rest for prefix, rest in positional])
+                                     for i in range(width)]
+            merged["items"] = _conjunction([rest for _, rest in positional])
         return merged
 
     def value_target(self, ref: Any, p: str) -> Any:
+        """The schema a local reference names: a JSON pointer (``#/...``) or an anchor (``#name``)."""
         if not isinstance(ref, str) or not ref.startswith("#"):
             raise SchemaError(f"only local references are supported, not {ref!r}", pointer=p, keyword="$ref")
+        if self.resources:  # a "#..." inside an embedded resource is relative to that resource
+            raise SchemaError("references in a schema with embedded resources ($id below the root) are not "
+                              "supported", pointer=p, keyword="$ref")
+        fragment = unquote(ref[1:])
+        if fragment and not fragment.startswith("/"):
+            found = [x for x in _subschemas(self.root)
+                     if fragment in (x.get("$anchor"), x.get("$dynamicAnchor")) or x.get("$id") == ref]
+            if len(found) != 1:
+                raise SchemaError(f"anchor {fragment!r} names {len(found)} schemas, not one", pointer=p, keyword="$ref")
+            return found[0]
         target: Any = self.root
-        for part in ref[1:].split("/"):
-            if not part:
-                continue
+        for part in fragment.split("/")[1:]:
             part = part.replace("~1", "/").replace("~0", "~")
             if isinstance(target, dict) and part in target:
                 target = target[part]
@@ -452,16 +478,28 @@ class _Translator:
         items = s.get("items", True)
         if isinstance(items, list):  # draft 4 tuple form
             prefix, items = items, s.get("additionalItems", True)
-        head = [self.value(x, _ptr(p, "prefixItems", i)) for i, x in enumerate(prefix or [])]
-        try:
-            tail = None if items is False else self.value(items, _ptr(p, "items"))
-        except _TooDeep:  # recursion cut: no further items rather than unbounded nesting
-            tail = None
+        head, tail = [], None
+        for i, x in enumerate(prefix or []):
+            try:
+                head.append(self.value(x, _ptr(p, "prefixItems", i)))
+            except Unsatisfiable:
+                if i < lo:
+                    raise
+                break  # no value fits position i: arrays end before it
+        else:
+            try:
+                tail = None if items is False else self.value(items, _ptr(p, "items"))
+            except _TooDeep:  # recursion cut: no further items rather than unbounded nesting
+                tail = None
+            except Unsatisfiable:
+                if len(head) < lo:
+                    raise
+                tail = None
         top = len(head) if tail is None else hi
         if hi is not None and top is not None:
             top = min(top, hi)
         if top is not None and (lo > top or (hi is not None and lo > hi)):
-            raise SchemaError("no item count satisfies minItems/maxItems", pointer=p, keyword="minItems")
+            raise Unsatisfiable("no item count satisfies minItems/maxItems", pointer=p, keyword="minItems")
         if top == 0:
             return rf"\[{ws}\]"
         sep = f"{ws},{ws}"
@@ -513,6 +551,7 @@ class _Translator:
                     raise SchemaError(f"required {name!r} breaks propertyNames", pointer=p, keyword="propertyNames")
                 del props[name]
             extra = False
+        dependents = set(s.get("dependentRequired") or {}) | set(s.get("dependencies") or {})
         deps = dict(s.get("dependentRequired") or {})
         for name, dep in (s.get("dependencies") or {}).items():
             if isinstance(dep, list):
@@ -542,9 +581,9 @@ class _Translator:
                 if name in required:
                     raise
                 continue
-            except SchemaError as e:
-                if e.keyword == "false" and name not in required:
-                    continue
+            except Unsatisfiable:
+                if name not in required:
+                    continue  # no value fits: the key is never written
                 raise
             members.append(f'"{escape(json.dumps(name, ensure_ascii=False)[1:-1])}"{ws}:{ws}{regex}')
             req.append(name in required)
@@ -564,7 +603,14 @@ class _Translator:
                 members = [m for i, m in enumerate(members) if i not in drop]
                 req = [r for i, r in enumerate(req) if i not in drop]
         if not members:
-            if extra is False or (max_p == 0):
+            # a free-form key may be a dependent one (under any spelling, escapes included), so an
+            # object with dependencies writes no free-form key
+            if extra is False or max_p == 0 or dependents:
+                if min_p and not dependents:
+                    raise SchemaError(f"minProperties {min_p} but no property can be written", pointer=p,
+                                      keyword="minProperties")
+                if min_p:
+                    self.skip(p, "dependentRequired", "free-form keys are not written beside dependencies")
                 return rf"\{{{ws}\}}"
             if min_p:
                 self.skip(p, "minProperties", "property counts of free-form objects are not enforced")
@@ -582,6 +628,43 @@ class _Translator:
         if first_required == len(members):
             body = f"(?:{body})?"
         return rf"\{{{ws}{body}{ws}\}}"
+
+
+class Unsatisfiable(SchemaError):
+    """No JSON value satisfies the schema at this place (a parent may drop the place instead)."""
+
+
+def _subschemas(node: Any):
+    """Every object in a schema document (schemas and the maps holding them alike)."""
+    stack = [node]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            yield x
+            stack += [v for k, v in x.items() if k not in ("enum", "const", "default", "examples")]
+        elif isinstance(x, list):
+            stack += x
+
+
+_POSITIONAL = ("prefixItems", "items", "additionalItems")
+
+
+def _positional(s: dict) -> tuple[list, Any] | None:
+    """An array schema's (prefix item schemas, schema of the items after them), or None if it has neither."""
+    prefix, items = s.get("prefixItems"), s.get("items")
+    if isinstance(items, list):  # draft 4 tuple form
+        prefix, items = items, s.get("additionalItems")
+    if prefix is None and items is None:
+        return None
+    return list(prefix or []), True if items is None else items
+
+
+def _conjunction(schemas: list) -> Any:
+    """One schema for all of ``schemas`` (``true`` ones dropped, a single one as it is)."""
+    schemas = [x for x in schemas if x is not True and x != {}]
+    if not schemas:
+        return True
+    return schemas[0] if all(x == schemas[0] for x in schemas) else {"allOf": schemas}
 
 
 class _TooDeep(Exception):

@@ -1,0 +1,71 @@
+"""The official JSON Schema Test Suite (draft 2020-12, required tests; tests/fixtures/data/json-schema-test-suite).
+
+For every group: the schema compiles (strict mode) or is refused with a SchemaError that names its
+keyword. For every instance of a compiled group, written as the engine writes JSON (schema key
+order, compact), the regex's verdict is compared with the suite's: an invalid instance accepted is
+under-constraint and fails the test; a valid one refused is over-constraint (counted, reported).
+Groups in the light form (every 6th; all with --full) are also walked through the token automaton
+on the real Qwen3 vocabulary, as generation sees them.
+"""
+
+import json
+from pathlib import Path
+
+import regex
+
+import engine
+from conftest import DATA, FULL, load_tokenizer
+from engine.errors import SchemaError
+from engine.json_schema import schema_to_regex
+from engine.regexes import py_regex
+from instances import canonical_text
+
+SUITE = DATA / "json-schema-test-suite"
+
+
+def groups():
+    for path in sorted(SUITE.glob("*.json")):
+        for i, group in enumerate(json.loads(path.read_text())):
+            yield f"{path.stem}/{i}", group
+
+
+def test_suite_no_invalid_instance_is_accepted():
+    tally = {"groups": 0, "compiled": 0, "refused": 0, "tests": 0, "passed": 0, "valid refused": 0}
+    accepted_invalid, unnamed = [], []
+    walked = 0
+    tok = load_tokenizer("qwen3")
+    for n, (name, group) in enumerate(groups()):
+        tally["groups"] += 1
+        try:
+            rx = regex.compile(py_regex(schema_to_regex(group["schema"]).regex), regex.DOTALL)
+        except SchemaError as e:
+            tally["refused"] += 1
+            if not e.keyword:
+                unnamed.append(f"{name}: {e}")
+            tally["tests"] += len(group["tests"])
+            tally["passed"] += sum(not t["valid"] for t in group["tests"])  # refusing rejects the invalid
+            continue
+        tally["compiled"] += 1
+        automaton = None
+        if FULL or n % 6 == 0:
+            try:
+                automaton = engine.compile_json_schema(tok, group["schema"], timeout=30).automaton
+                walked += 1
+            except engine.errors.CompileError:  # a bound (size, time) refuses it; counted, not walked
+                tally["automaton over a bound"] = tally.get("automaton over a bound", 0) + 1
+        for t in group["tests"]:
+            text = canonical_text(t["data"], group["schema"])
+            ok = rx.fullmatch(text) is not None
+            if automaton is not None:
+                state = automaton.walk(tok.encode(text, add_special_tokens=False))
+                assert ok == (state >= 0 and bool(automaton.final[state])), (name, t["description"])
+            tally["tests"] += 1
+            tally["passed"] += ok == t["valid"]
+            if ok and not t["valid"]:
+                accepted_invalid.append(f"{name} {group['description']!r}: {t['description']!r} {text}")
+            if t["valid"] and not ok:
+                tally["valid refused"] += 1
+    print(f"\nJSON Schema Test Suite 2020-12: {tally}, {walked} groups walked through the automaton")
+    assert accepted_invalid == []
+    assert unnamed == []
+    assert tally["groups"] > 300 and walked > 20
