@@ -78,6 +78,8 @@ def _schema_of(response_format: Any) -> Any:
 def _prompt_ids(tokenizer: Any, prompt: Any, tools: Any = None, thinking: Any = None) -> list[int]:
     if isinstance(prompt, str):
         return tokenizer.encode(prompt, add_special_tokens=False)
+    if hasattr(prompt, "tolist"):  # an mx.array or numpy array of token ids
+        return [int(t) for t in prompt.tolist()]
     if prompt and isinstance(prompt[0], dict):
         extra = {} if thinking is None else {"enable_thinking": bool(thinking)}
         ids = tokenizer.apply_chat_template(prompt, tools=tools, add_generation_prompt=True, tokenize=True, **extra)
