@@ -9,7 +9,6 @@ on the real Qwen3 vocabulary, as generation sees them.
 """
 
 import json
-from pathlib import Path
 
 import regex
 

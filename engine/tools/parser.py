@@ -19,7 +19,7 @@ from ..errors import GenerationError
 from ..regexes import py_regex
 from ..vocabulary import Vocab
 from .calls import CallSpec, symbol_filler
-from .tree import Format, render
+from .tree import Format, body, render
 
 
 @dataclass
@@ -68,6 +68,10 @@ class Parser:
         ]
         reasoning = fmt.rules.get("reasoning")
         self.reasoning_closer = self._closer(reasoning) if reasoning is not None else ""
+        # free text whose end can only be a special token (so a streamed token without one extends it)
+        self.reasoning_ends_on_symbol = self.reasoning_closer[:1] in self.to_text
+        self.content_ends_on_symbol = "tool_calls" not in fmt.rules or _starts_with_symbol(fmt, fmt.rules["tool_calls"])
+        self._symbol_chars = frozenset(self.to_text)
 
     def _call_regex(self, ti: int, groups: bool, head: bool = False) -> str:
         """Tool ``ti``'s call; ``head``: only what comes before its arguments."""
@@ -129,6 +133,10 @@ class Parser:
             else:
                 raise GenerationError(f"token {t} is neither ordinary text nor a token of the {self.fmt.name} format")
         return data.decode("utf-8", errors="replace")
+
+    def has_symbol(self, text: str) -> bool:
+        """Whether ``text`` holds a special token of the format."""
+        return not self._symbol_chars.isdisjoint(text)
 
     def plain(self, text: str) -> str:
         return "".join(self.to_text.get(c, c) for c in text)
@@ -202,6 +210,22 @@ class Parser:
             return ti, head.groupdict(), self._parameters(ti, rest, partial=True)
         am = self.arguments[ti].match(rest, partial=True)
         return ti, head.groupdict(), rest[:am.end()] if am is not None else ""
+
+
+def _starts_with_symbol(fmt: Format, node: Any) -> bool:
+    """Every string of ``node`` begins with a special token."""
+    kind = node[0]
+    if kind == "sym":
+        return True
+    if kind == "ref":
+        return _starts_with_symbol(fmt, body(fmt, node))
+    if kind == "seq":
+        return bool(node[1]) and _starts_with_symbol(fmt, node[1][0])
+    if kind == "alt":
+        return all(_starts_with_symbol(fmt, c) for c in node[1])
+    if kind == "plus":
+        return _starts_with_symbol(fmt, node[1])
+    return False  # text, holes, and what may be empty
 
 
 def call_id(name: str, groups: dict) -> str:

@@ -1,7 +1,16 @@
-"""Streaming: token ids in, OpenAI-style deltas out, by the grammar's own parser."""
+"""Streaming: token ids in, OpenAI-style deltas out, by the grammar's own parser.
+
+Each token is decoded onto the text so far (an incremental UTF-8 decoder), and while the output is
+inside free text (reasoning or content) whose end can only be a special token, tokens with no
+special token in them just extend that text: no regex runs, so the cost per token stays flat
+however long the reasoning grows. Anything else (a special token, a call, a format whose calls
+begin with ordinary text) re-reads the output with the parser's regexes, which are the reference:
+``incremental=False`` always takes that path.
+"""
 
 from __future__ import annotations
 
+import codecs
 from typing import Any
 
 from ..errors import GenerationError
@@ -15,18 +24,71 @@ class StreamParser:
     then sends ``{"index", "function": {"arguments": fragment}}`` as its arguments grow.
     Concatenated (see ``accumulate``), the deltas equal ``parse`` of the whole output."""
 
-    def __init__(self, parser: Parser) -> None:
+    def __init__(self, parser: Parser, *, incremental: bool = True) -> None:
         self.p = parser
-        self.ids: list[int] = []
+        self.incremental = incremental
         self.sent = {"reasoning": 0, "content": 0}
         self.calls: list[dict] = []  # per opened call: id, name, arguments sent so far
         self.closed = 0
+        self._parts: list[str] = []  # the output so far, special tokens as their symbols (joined on demand)
+        self.ended = False  # an end-of-sequence token arrived: nothing after it counts
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._region: str | None = None  # the free text (reasoning or content) the output is inside
+        self._held = ""  # that text's trailing whitespace, not sent yet (leading whitespace is never sent)
+        self._backlog = ""  # text decoded while waiting for the rest of a character, not yet read
+        self.rereads = 0  # feeds that re-read the whole output (the rest only extended free text)
+
+    def _append(self, token_ids: list[int]) -> str:
+        """Decode ``token_ids`` onto the text; returns what they added."""
+        vocab, symbols = self.p.vocab, self.p.vocab.symbols
+        data = bytearray()
+        for t in token_ids:
+            if self.ended or t in vocab.eos_ids:
+                self.ended = True
+                break
+            if t in symbols:
+                data += symbols[t].encode()
+            elif 0 <= t < len(vocab.token_bytes) and vocab.token_bytes[t] is not None:
+                data += vocab.token_bytes[t]
+            else:
+                raise GenerationError(f"token {t} is neither ordinary text nor a token of the {self.p.fmt.name} format")
+        new = self._decoder.decode(bytes(data))
+        self._parts.append(new)
+        return new
+
+    @property
+    def text(self) -> str:
+        if len(self._parts) > 1:
+            self._parts[:] = ["".join(self._parts)]
+        return self._parts[0] if self._parts else ""
 
     def feed(self, token_ids: list[int]) -> list[dict]:
-        self.ids += list(token_ids)
-        text = self.p.symbol_text(self.ids)
-        if text.endswith("\ufffd"):
+        new = self._backlog + self._append(list(token_ids))
+        if self._decoder.getstate()[0] or new.endswith("\ufffd"):
+            self._backlog = new
             return []  # a character split across tokens: wait for its other bytes
+        self._backlog = ""
+        if self.incremental and self._region is not None and not self.p.has_symbol(new):
+            return self._extend(self._region, new)
+        return self._reread()
+
+    def _extend(self, role: str, new: str) -> list[dict]:
+        """``_grow`` for text appended to the free text ``role``, in time proportional to ``new``."""
+        more = self._held + new
+        if self.sent[role] == 0:
+            more = more.lstrip()
+        kept = more.rstrip()
+        self._held = more[len(kept):]
+        if not kept:
+            return []
+        self.sent[role] += len(kept)
+        return [{"reasoning_content" if role == "reasoning" else "content": kept}]
+
+    def _reread(self) -> list[dict]:
+        """Read the whole output with the parser's regexes and send what is new."""
+        text = self.text
+        self._region = None
+        self.rereads += 1
         m = self.p.top.fullmatch(text, partial=True)
         if m is None:
             raise GenerationError(f"output left the {self.p.fmt.name} format: {self.p.plain(text)[-200:]!r}")
@@ -39,12 +101,19 @@ class StreamParser:
             if trial is not None and trial.groupdict().get("reasoning_text") is not None \
                     and trial.end("reasoning_text") == len(text):
                 reasoning = trial.group("reasoning_text")
+                if self.p.reasoning_ends_on_symbol:
+                    self._region = "reasoning"
         if reasoning is not None:
             deltas += self._grow("reasoning", "reasoning_content", reasoning)
         content = gd.get("content_text")
         # text that could still become calls (Llama 3's bare JSON) is held back
         if content is not None and self.p.calls_region.fullmatch(content.lstrip(), partial=True) is None:
             deltas += self._grow("content", "content", content)
+        if content is not None and m.end("content_text") == len(text) and self.p.content_ends_on_symbol:
+            self._region = "content"
+        if self._region is not None:
+            region = reasoning if self._region == "reasoning" else content
+            self._held = region.lstrip()[self.sent[self._region]:] if self.sent[self._region] else region
         start = self._calls_start(m, len(text))
         if start is None:
             return deltas
