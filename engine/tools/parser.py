@@ -120,19 +120,23 @@ class Parser:
             for text, ch in self.replace:
                 output = output.replace(text, ch)
             return output
-        vocab = self.vocab
-        syms = vocab.symbols
+        return self.symbol_bytes(output)[0].decode("utf-8", errors="replace")
+
+    def symbol_bytes(self, token_ids: Any) -> tuple[bytes, bool]:
+        """The UTF-8 of ``token_ids`` with special tokens as their symbols, up to an end-of-sequence
+        token, and whether one came."""
+        vocab, syms = self.vocab, self.vocab.symbols
         data = bytearray()
-        for t in output:
+        for t in token_ids:
             if t in vocab.eos_ids:
-                break
+                return bytes(data), True
             if t in syms:
                 data += syms[t].encode()
             elif 0 <= t < len(vocab.token_bytes) and vocab.token_bytes[t] is not None:
                 data += vocab.token_bytes[t]
             else:
                 raise GenerationError(f"token {t} is neither ordinary text nor a token of the {self.fmt.name} format")
-        return data.decode("utf-8", errors="replace")
+        return bytes(data), False
 
     def has_symbol(self, text: str) -> bool:
         """Whether ``text`` holds a special token of the format."""

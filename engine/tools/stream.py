@@ -40,19 +40,10 @@ class StreamParser:
 
     def _append(self, token_ids: list[int]) -> str:
         """Decode ``token_ids`` onto the text; returns what they added."""
-        vocab, symbols = self.p.vocab, self.p.vocab.symbols
-        data = bytearray()
-        for t in token_ids:
-            if self.ended or t in vocab.eos_ids:
-                self.ended = True
-                break
-            if t in symbols:
-                data += symbols[t].encode()
-            elif 0 <= t < len(vocab.token_bytes) and vocab.token_bytes[t] is not None:
-                data += vocab.token_bytes[t]
-            else:
-                raise GenerationError(f"token {t} is neither ordinary text nor a token of the {self.p.fmt.name} format")
-        new = self._decoder.decode(bytes(data))
+        if self.ended:
+            return ""
+        data, self.ended = self.p.symbol_bytes(token_ids)
+        new = self._decoder.decode(data)
         self._parts.append(new)
         return new
 
