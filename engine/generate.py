@@ -17,7 +17,7 @@ from .grammar import Grammar, compile_json_schema
 from .tools import ToolGrammar, compile_tools, detect_format, load_format
 from .tools.tree import Format
 
-Prompt = Union[str, list]  # text, token ids, or chat messages
+Prompt = Union[str, list, mx.array]  # text, token ids (a list or an array), or chat messages
 
 
 @dataclass(frozen=True)
