@@ -55,8 +55,9 @@ def test_suite_no_invalid_instance_is_accepted():
         for t in group["tests"]:
             text = canonical_text(t["data"], group["schema"])
             ok = rx.fullmatch(text) is not None
-            if automaton is not None:
-                state = automaton.walk(tok.encode(text, add_special_tokens=False))
+            ids = tok.encode(text, add_special_tokens=False)
+            if automaton is not None and tok.decode(ids) == text:  # (the tokenizer NFC-normalizes some text)
+                state = automaton.walk(ids)
                 assert ok == (state >= 0 and bool(automaton.final[state])), (name, t["description"])
             tally["tests"] += 1
             tally["passed"] += ok == t["valid"]

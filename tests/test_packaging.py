@@ -2,6 +2,7 @@
 the package imports on every Python the project supports."""
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -27,6 +28,8 @@ def wheel(tmp_path_factory):
 def test_wheel_holds_every_grammar(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"engine/grammars/{f}.lark" for f in FAMILIES} <= names
+    shipped = json.loads(zipfile.ZipFile(wheel).read("engine/embedded_model/MANIFEST.json"))
+    assert {f"engine/embedded_model/{f}" for f in shipped["files"]} <= names  # the default model ships
     assert not any(n.startswith(("tests/", "benchmarks/", "grammars/")) for n in names)
 
 
