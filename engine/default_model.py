@@ -333,8 +333,8 @@ def build_default_model() -> Path:
     """The default model's folder, trained there first if it holds no model of this VERSION."""
     out = default_model_dir()
     if (read_manifest(out) or {}).get("version") != VERSION:
-        print(f"toolgate: training the default model in {out} (once; about {SETTINGS['steps'] // 100} minutes "
-              "on a CPU)", file=sys.stderr, flush=True)
+        print(f"toolgate: training the default model in {out} (once; about 15 minutes on a 2-core CPU)",
+              file=sys.stderr, flush=True)
         train_default_model(out)
     return out
 
