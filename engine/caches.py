@@ -2,8 +2,8 @@
 
 A cache counts each value by ``sizeof`` (bytes for automata, grammars and masks; 1 for small
 derived tables, so their bound is a number of entries) and drops the least recently used values
-past ``max_size``. Caches of tables read from a tokenizer are marked ``per_vocabulary``. Every cache registers itself by name, so tests and benchmarks clear them all
-the same way and a server can report their sizes.
+past ``max_size``. Caches of tables read from a tokenizer are marked ``per_vocabulary``. Every
+cache registers itself by name, so tests and benchmarks clear them all the same way.
 """
 
 from __future__ import annotations
@@ -89,9 +89,3 @@ def clear_caches(*, vocabularies: bool = True) -> None:
     for cache in _REGISTRY.values():
         if vocabularies or not cache.per_vocabulary:
             cache.clear()
-
-
-def cache_stats() -> dict[str, dict[str, int]]:
-    """Per cache: entries, size, hits and misses."""
-    return {name: {"entries": len(c), "size": c.size, "hits": c.hits, "misses": c.misses}
-            for name, c in _REGISTRY.items()}

@@ -57,3 +57,12 @@ def test_greedy_answers_pick_the_fitting_tool():
         if args is not None:  # the README's demo: the right tool and the right argument
             assert names[:1] == [tool] and json.loads(r.tool_calls[0]["function"]["arguments"]) == args, r.tool_calls
     assert sum(hits) >= len(PROBES) - 1, hits
+
+
+def test_the_build_command_trains_into_a_folder(tmp_path, capsys):
+    from engine.cli import main
+
+    assert main(["build-default-model", "--out", str(tmp_path / "m"), "--steps", "5", "--seed", "3"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["settings"]["steps"] == 5 and report["settings"]["seed"] == 3
+    assert dm.read_manifest(tmp_path / "m")["files"].keys() >= {"model.safetensors", "tokenizer.json", "config.json"}
