@@ -1,6 +1,7 @@
 """Digests of compiled automata, to check that a change leaves them identical state for state.
 
-Compiles a JSONSchemaBench sample (3 schemas from each subset) and every family's tool grammar
+Compiles a JSONSchemaBench sample (3 schemas from each subset, materialised automata as the
+tools use; JSON grammars are lazy now, checked against these by tests/test_lazy.py) and every family's tool grammar
 (BFCL and MCP tools; auto and required; thinking as the model likes and off; every argument piece
 compiled) on the real tokenizers, and hashes each automaton's arrays (offsets, tokens, targets,
 final, distances). Schemas from ../shared (or TOOLGATE_SHARED); tokenizers from tests/fixtures.
@@ -27,7 +28,10 @@ import numpy as np  # noqa: E402
 
 import engine  # noqa: E402
 from conftest import load_tokenizer  # noqa: E402
+from engine.automata import compile_regex  # noqa: E402
+from engine.json_schema import schema_to_regex  # noqa: E402
 from engine.tools import FAMILIES  # noqa: E402
+from engine.vocabulary import build_vocab  # noqa: E402
 from test_toolcalls import offered_tools, tokenizer_for  # noqa: E402
 
 
@@ -46,7 +50,8 @@ def digests() -> dict[str, str]:
         for row in rows[:: max(1, len(rows) // 3)][:3]:
             key = f"schema {f.stem} {row['unique_id']}"
             try:
-                out[key] = digest(engine.compile_json_schema(tok, row["schema"], timeout=20).automaton)
+                regex = schema_to_regex(row["schema"]).regex
+                out[key] = digest(compile_regex(regex, build_vocab(tok), timeout=20))
             except engine.ToolgateError as e:
                 out[key] = "refused " + type(e).__name__
             print(key, out[key], file=sys.stderr, flush=True)

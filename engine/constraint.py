@@ -24,6 +24,9 @@ class Constraint(Protocol):
     def min_tokens(self) -> int:
         """The fewest tokens of any complete output (end-of-sequence not counted)."""
 
+    def fits(self, max_tokens: int) -> bool:
+        """Some complete output has at most ``max_tokens`` tokens."""
+
     def step(self, state: Any, token: int, left: int) -> Any:
         """The state after ``token``, or None when the token is not allowed (or cannot finish in ``left``)."""
 

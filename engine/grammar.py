@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import mlx.core as mx
 
-from .automata import Automaton, MaskTable, compile_regex
+from .automata import LazyAutomaton, MaskTable, compile_regex
 from .automata.builders import DEFAULT_TIMEOUT
 from .caches import Cache
 from .errors import SchemaError
@@ -24,7 +24,7 @@ class Grammar:
     """A compiled constraint: the token automaton plus what to check after generation."""
 
     vocab: Vocab
-    automaton: Automaton
+    automaton: LazyAutomaton
     regex: str
     schema: Any = None
     unenforced: list[tuple[str, str]] = field(default_factory=list)  # (JSON pointer, keyword)
@@ -33,8 +33,12 @@ class Grammar:
 
     @property
     def min_tokens(self) -> int:
-        """The fewest tokens of any valid output (EOS not counted)."""
+        """The fewest tokens of any valid output (EOS not counted); found by a search on first use."""
         return self.automaton.min_tokens
+
+    def fits(self, max_tokens: int) -> bool:
+        """Some valid output has at most ``max_tokens`` tokens."""
+        return self.automaton.fits(max_tokens)
 
     # The Constraint protocol the Matcher drives (a ToolGrammar implements it too).
     initial_state = 0
@@ -47,8 +51,7 @@ class Grammar:
         return bool(self.automaton.final[state])
 
     def is_complete(self, state: int) -> bool:
-        a = self.automaton
-        return bool(a.final[state]) and a.offsets[state + 1] == a.offsets[state]
+        return self.automaton.is_complete(state)
 
     def mask(self, state: int, left: int, width: int) -> mx.array:
         return self.mask_table(width).mask(state, left)
@@ -57,7 +60,8 @@ class Grammar:
         return self.mask_table(width).eos_only
 
     def matcher(self, max_tokens: int) -> Matcher:
-        """A fresh per-request matcher (an mlx-lm logits processor); raises BudgetError below ``min_tokens``."""
+        """A fresh per-request matcher (an mlx-lm logits processor); raises BudgetError when no
+        valid output fits in ``max_tokens``."""
         return Matcher(self, max_tokens)
 
     def mask_table(self, width: int) -> MaskTable:
@@ -80,6 +84,10 @@ class Grammar:
         return value, errors
 
 
+# The longest string bound a JSON grammar counts in its DFA: rows are built lazily, so the cost
+# is the DFA's size (about 0.4 s to compile a 1,024-character bound here); tool arguments, whose
+# automata are materialised, keep the translator's 256.
+MAX_LENGTH = 1024
 GRAMMARS = Cache("grammars", 1 << 30, lambda g: g.automaton.nbytes + len(g.regex))
 
 
@@ -87,7 +95,7 @@ def compile_regex_grammar(tokenizer: Any, regex: str, *, timeout: float | None =
     """A Grammar for a raw regex over the output text (special tokens via ``vocab.symbol``)."""
     vocab = build_vocab(tokenizer)
     return GRAMMARS.get_or_build(("regex", vocab.fingerprint, regex),
-                                 lambda: Grammar(vocab, compile_regex(regex, vocab, timeout=timeout), regex))
+                                 lambda: Grammar(vocab, compile_regex(regex, vocab, timeout=timeout, lazy=True), regex))
 
 
 def compile_json_schema(
@@ -127,7 +135,7 @@ def compile_json_schema(
         raise SchemaError(f"not a valid JSON schema: {e.message}", pointer=pointer, keyword=str(e.validator)) from None
 
     def build() -> Grammar:
-        t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth)
-        return Grammar(vocab, compile_regex(t.regex, vocab, timeout=timeout), t.regex, schema, t.unenforced)
+        t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth, max_length=MAX_LENGTH)
+        return Grammar(vocab, compile_regex(t.regex, vocab, timeout=timeout, lazy=True), t.regex, schema, t.unenforced)
 
     return GRAMMARS.get_or_build(key, build)

@@ -25,7 +25,7 @@ class Matcher:
     """
 
     def __init__(self, grammar: Constraint, max_tokens: int) -> None:
-        if max_tokens < grammar.min_tokens:
+        if not grammar.fits(max_tokens):
             raise BudgetError(
                 f"max_tokens={max_tokens} cannot hold the shortest valid output, "
                 f"which needs {grammar.min_tokens} tokens"

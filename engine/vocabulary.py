@@ -117,6 +117,23 @@ class Vocab:
         return out
 
     @cached_property
+    def texts(self) -> tuple[bytes | None, ...]:
+        """Each id's bytes as automata read them: an added token's are its symbol's (EOS: None)."""
+        out = list(self.token_bytes)
+        for i, ch in self.symbols.items():
+            out[i] = ch.encode()
+        return tuple(out)
+
+    @cached_property
+    def single_bytes(self) -> np.ndarray:
+        """The byte values that are tokens by themselves."""
+        return np.array(sorted({b[0] for b in self.token_bytes if b is not None and len(b) == 1}), dtype=np.int64)
+
+    def token_text(self, token: int) -> bytes | None:
+        """``texts[token]``, None for ids outside the vocabulary."""
+        return self.texts[token] if 0 <= token < len(self.texts) else None
+
+    @cached_property
     def fingerprint(self) -> str:
         h = hashlib.sha256()
         for b in self.token_bytes:

@@ -3,14 +3,16 @@
 - ``byte_dfa``: outlines-core compiles the regex to a DFA over bytes.
 - ``index``: the vocabulary's byte trie walked through that DFA gives the token automaton.
 - ``automaton``: the automaton as flat arrays, with each state's fewest tokens to acceptance.
+- ``lazy``: the automaton kept as its byte DFA, each state's tokens found on its first visit.
 - ``builders``: builds run in forked processes bounded in time and memory.
 - ``store``: the disk cache; ``compile``: memory cache, then disk, then a build.
 - ``masks``: additive logits masks per (state, budget), shared by content.
 """
 
-from .automaton import UNREACHABLE, Automaton, distances
+from .automaton import UNREACHABLE, Automaton, TokenAutomaton, distances
+from .lazy import LazyAutomaton
 from .compile import AUTOMATA, automaton_key, check_regex_size, compile_regex
 from .masks import MaskTable, additive_mask, shared_mask
 
-__all__ = ["AUTOMATA", "UNREACHABLE", "Automaton", "MaskTable", "additive_mask", "automaton_key",
+__all__ = ["AUTOMATA", "UNREACHABLE", "Automaton", "LazyAutomaton", "MaskTable", "TokenAutomaton", "additive_mask", "automaton_key",
            "check_regex_size", "compile_regex", "distances", "shared_mask"]

@@ -1,4 +1,5 @@
-"""A token automaton as flat arrays, and the graph routines that measure it.
+"""Token automata: what both kinds offer, the materialised kind as flat arrays, and the graph
+routines that measure them.
 
 States are dense, 0..n-1, state 0 the initial one. Per state: the allowed token ids (sorted),
 the state each leads to, whether it accepts, and the fewest tokens still needed to reach
@@ -8,15 +9,72 @@ acceptance, which is what lets a matcher close the output before the budget runs
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 UNREACHABLE = np.iinfo(np.int32).max // 2
 
 
+class TokenAutomaton:
+    """What both kinds of token automaton offer (state 0 is the initial one).
+
+    ``row(state)`` gives a state's allowed tokens and the state each leads to; ``bound[s]`` is a
+    consistent upper bound on the tokens from ``s`` to acceptance (exact for a materialised
+    automaton): every state with a finite bound has a token to a state whose bound is one less,
+    so masks that keep the next state's bound within the tokens left always finish in budget.
+    """
+
+    final: np.ndarray  # bool (n,)
+
+    @property
+    def bound(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def row(self, state: int) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def next_state(self, state: int, token: int) -> int:
+        raise NotImplementedError
+
+    @property
+    def num_states(self) -> int:
+        return len(self.final)
+
+    @property
+    def min_tokens(self) -> int:
+        """The length of the shortest output the masks guide to (EOS not counted)."""
+        return int(self.bound[0])
+
+    def fits(self, budget: int) -> bool:
+        return self.min_tokens <= budget
+
+    def walk(self, token_ids: list[int], state: int = 0) -> int:
+        """Follow ``token_ids`` from ``state``; -1 once a token is not allowed."""
+        for t in token_ids:
+            state = self.next_state(state, t)
+            if state < 0:
+                return -1
+        return state
+
+    def successors_within(self, state: int, budget: int) -> np.ndarray:
+        """Token ids allowed in ``state`` whose next state's bound is within ``budget``."""
+        ids, targets = self.row(state)
+        return ids[self.bound[targets] <= budget]
+
+    def is_complete(self, state: int) -> bool:
+        """Accepting, and no token may follow."""
+        return bool(self.final[state]) and len(self.row(state)[0]) == 0
+
+    def target_cap(self, state: int) -> int:
+        """The largest finite bound among the state's successors: budgets at or above it allow every token."""
+        b = self.bound[self.row(state)[1]]
+        return int(b[b < UNREACHABLE].max(initial=-1))
+
+
 @dataclass(eq=False)
-class Automaton:
-    """A token automaton: dense states 0..n-1, state 0 is the initial one."""
+class Automaton(TokenAutomaton):
+    """A materialised token automaton: every state's tokens as flat arrays, exact distances."""
 
     offsets: np.ndarray  # int64 (n+1,): state s owns tokens[offsets[s]:offsets[s+1]]
     tokens: np.ndarray  # int32, sorted within each state
@@ -27,17 +85,16 @@ class Automaton:
     positions: np.ndarray | None = None  # literal automata: each state's byte offset in the literal
 
     @property
-    def num_states(self) -> int:
-        return len(self.final)
-
-    @property
-    def min_tokens(self) -> int:
-        """The fewest tokens of any accepted output (EOS not counted)."""
-        return int(self.dist[0])
+    def bound(self) -> np.ndarray:
+        return self.dist
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.offsets, self.tokens, self.targets, self.final, self.dist))
+
+    def row(self, state: int) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = self.offsets[state], self.offsets[state + 1]
+        return self.tokens[lo:hi], self.targets[lo:hi]
 
     def next_state(self, state: int, token: int) -> int:
         """The state after ``token``, or -1 when the token is not allowed."""
@@ -47,21 +104,13 @@ class Automaton:
             return int(self.targets[i])
         return -1
 
-    def successors_within(self, state: int, budget: int) -> np.ndarray:
-        """Token ids allowed in ``state`` whose next state can still finish in ``budget`` tokens."""
-        lo, hi = self.offsets[state], self.offsets[state + 1]
-        ok = self.dist[self.targets[lo:hi]] <= budget
-        return self.tokens[lo:hi][ok]
+    def is_complete(self, state: int) -> bool:
+        return bool(self.final[state]) and self.offsets[state + 1] == self.offsets[state]
 
-    def walk(self, token_ids: list[int], state: int = 0) -> int:
-        """Follow ``token_ids`` from ``state``; -1 once a token is not allowed."""
-        for t in token_ids:
-            state = self.next_state(state, t)
-            if state < 0:
-                return -1
-        return state
+    def target_cap(self, state: int) -> int:
+        return int(self.max_target_dist[state])
 
-    @property
+    @cached_property
     def max_target_dist(self) -> np.ndarray:
         """Per state, the largest finite distance among its successors (mask cache key cap)."""
         d = self.dist[self.targets]

@@ -16,9 +16,9 @@ import threading
 
 from ..errors import CompileError
 from ..vocabulary import Vocab
-from . import index
-from .automaton import Automaton
+from . import index, lazy
 from .index import build
+from .lazy import lazy_tables
 
 DEFAULT_TIMEOUT = 60.0  # seconds one automaton build may take
 DEFAULT_BUILD_MEMORY = 8 << 30  # bytes one build may add to its process
@@ -30,6 +30,7 @@ def _serve(conn, vocab: Vocab, max_memory: int) -> None:
     index.TRIE_LOCK = threading.Lock()
     index.TRIES.reset_lock()
     index.RUNS.reset_lock()
+    lazy.ROWS.reset_lock()
     # a build that runs out of memory aborts; the parent reports it, so keep the child quiet
     faulthandler.disable()
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
@@ -40,12 +41,15 @@ def _serve(conn, vocab: Vocab, max_memory: int) -> None:
         pass  # no /proc or no rlimit (macOS): the transition bound still caps what a build holds
     while True:
         try:
-            regex, key, macro, max_edges = conn.recv()
+            kind, regex, key, macro, max_edges = conn.recv()
         except (EOFError, OSError):
             return
         try:
-            a = build(regex, vocab, key, macro, max_edges)
-            reply = ("ok", (a.offsets, a.tokens, a.targets, a.final, a.dist))
+            if kind == "lazy":
+                reply = ("ok", lazy_tables(regex, vocab, macro))
+            else:
+                a = build(regex, vocab, key, macro, max_edges)
+                reply = ("ok", (a.offsets, a.tokens, a.targets, a.final, a.dist))
         except MemoryError:
             reply = ("error", f"compiling needed more than the {max_memory >> 20} MiB memory bound")
         except CompileError as e:
@@ -74,10 +78,10 @@ class _Builder:
         child.close()
         self.busy = False  # a request sent and its reply not yet read: not reusable
 
-    def build(self, regex: str, key: str, macro, max_edges: int, timeout: float) -> Automaton:
+    def build(self, kind: str, regex: str, key: str, macro, max_edges: int, timeout: float) -> tuple:
         try:
             self.busy = True
-            self.conn.send((regex, key, macro, max_edges))
+            self.conn.send((kind, regex, key, macro, max_edges))
             if not self.conn.poll(timeout):
                 self.close()
                 raise CompileError(f"compiling took longer than the {timeout:g} s limit")
@@ -88,7 +92,7 @@ class _Builder:
             raise CompileError("the compiler process died (memory bound exceeded?)") from None
         if kind != "ok":
             raise CompileError(value)
-        return Automaton(*value, key=key)
+        return value
 
     @property
     def alive(self) -> bool:
@@ -112,9 +116,10 @@ def idle_builders() -> list[int]:
         return [b.proc.pid for _, b in _IDLE]
 
 
-def build_bounded(regex: str, vocab: Vocab, key: str, macro, max_edges: int, timeout: float,
-                   max_memory: int) -> Automaton:
-    """Build in a builder process, one per concurrent build, so time and memory stay bounded."""
+def build_bounded(kind: str, regex: str, vocab: Vocab, key: str, macro, max_edges: int, timeout: float,
+                  max_memory: int) -> tuple:
+    """Build in a builder process, one per concurrent build, so time and memory stay bounded: the
+    arrays of an Automaton (``kind="automaton"``) or of a LazyAutomaton (``kind="lazy"``)."""
     slot = (vocab.fingerprint, max_memory)
     with _IDLE_LOCK:
         at = next((i for i, (s, _) in enumerate(_IDLE) if s == slot), None)
@@ -122,7 +127,7 @@ def build_bounded(regex: str, vocab: Vocab, key: str, macro, max_edges: int, tim
     if builder is None:
         builder = _Builder(vocab, max_memory)
     try:
-        return builder.build(regex, key, macro, max_edges, timeout)
+        return builder.build(kind, regex, key, macro, max_edges, timeout)
     finally:
         retired = []
         with _IDLE_LOCK:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 from outlines_core import Index, Vocabulary
 
@@ -32,17 +34,21 @@ def byte_dfa(regex: str) -> tuple[np.ndarray, np.ndarray]:
     init = index.get_initial_state()
     for b in START.encode():
         init = table[init][b]
-    order = [init] + sorted(s for s in table if s != init)
-    dense = {s: i for i, s in enumerate(order)}
+    ids = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
+    order = np.concatenate([[init], np.sort(ids[ids != init])])  # the initial state is 0
+    dense = np.zeros(int(order.max()) + 1, dtype=np.int32)
+    dense[order] = np.arange(len(order), dtype=np.int32)
     n = len(order)
+    counts = np.fromiter(map(len, table.values()), dtype=np.int64, count=len(table))
+    src = np.repeat(dense[ids], counts)
+    byte = np.fromiter(chain.from_iterable(table.values()), dtype=np.int64, count=int(counts.sum()))
+    nxt = np.fromiter(chain.from_iterable(row.values() for row in table.values()), dtype=np.int64,
+                      count=int(counts.sum()))
     trans = np.full((n + 1, 256), n, dtype=np.int32)
-    for s, row in table.items():
-        i = dense[s]
-        for b, nxt in row.items():
-            if b < 256:
-                trans[i, b] = dense[nxt]
+    keep = byte < 256
+    trans[src[keep], byte[keep]] = dense[nxt[keep]]
     accepting = np.zeros(n + 1, dtype=bool)
-    accepting[[dense[s] for s in index.get_final_states()]] = True
+    accepting[dense[list(index.get_final_states())]] = True
     cur = np.arange(n)
     for b in END.encode():
         cur = trans[cur, b]

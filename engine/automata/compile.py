@@ -6,6 +6,8 @@ import hashlib
 import os
 import threading
 
+import numpy as np
+
 from ..caches import Cache
 from ..errors import CompileError
 from ..vocabulary import Vocab
@@ -13,6 +15,7 @@ from . import store
 from .automaton import Automaton
 from .builders import DEFAULT_BUILD_MEMORY, DEFAULT_TIMEOUT, build_bounded
 from .index import DEFAULT_MAX_EDGES, build
+from .lazy import LazyAutomaton, lazy_tables
 
 MAX_REGEX_CHARS = 2_000_000
 AUTOMATA = Cache("automata", 1 << 30, lambda a: a.nbytes)  # by key, bounded by bytes
@@ -20,8 +23,9 @@ _KEY_LOCKS: dict[str, threading.Lock] = {}  # one build per key at a time; entri
 _KEY_LOCKS_GUARD = threading.Lock()
 
 
-def automaton_key(regex: str, vocab: Vocab, macro: tuple[str, int] | None = None) -> str:
-    h = hashlib.sha256(f"{store.FORMAT_VERSION}\0{vocab.fingerprint}\0{macro}\0{regex}".encode())
+def automaton_key(regex: str, vocab: Vocab, macro: tuple[str, int] | None = None, lazy: bool = False) -> str:
+    kind = "lazy" if lazy else "automaton"
+    h = hashlib.sha256(f"{store.FORMAT_VERSION}\0{kind}\0{vocab.fingerprint}\0{macro}\0{regex}".encode())
     return h.hexdigest()[:32]
 
 
@@ -33,16 +37,17 @@ def check_regex_size(regex: str) -> None:
 
 def compile_regex(regex: str, vocab: Vocab, *, timeout: float | None = DEFAULT_TIMEOUT,
                   max_transitions: int = DEFAULT_MAX_EDGES, max_memory: int = DEFAULT_BUILD_MEMORY,
-                  macro: tuple[str, int] | None = None) -> Automaton:
+                  macro: tuple[str, int] | None = None, lazy: bool = False) -> Automaton | LazyAutomaton:
     """The token automaton for ``regex``: from memory, from disk, or built.
 
-    A build runs in a builder process bounded by ``timeout`` seconds and ``max_memory`` bytes
-    (``timeout=None`` builds in this process, bounded only by ``max_transitions``); exceeding a
-    bound raises CompileError. ``macro`` (character, id) lets the regex use one extra
-    pseudo-token (see toolcalls).
+    ``lazy=True`` gives a LazyAutomaton (the byte DFA; each state's tokens found on its first
+    visit), otherwise every state's tokens are materialised up front. A build runs in a builder
+    process bounded by ``timeout`` seconds and ``max_memory`` bytes (``timeout=None`` builds in
+    this process, bounded only by ``max_transitions``); exceeding a bound raises CompileError.
+    ``macro`` (character, id) lets the regex use one extra pseudo-token (see tools.turn).
     """
     check_regex_size(regex)
-    key = automaton_key(regex, vocab, macro)
+    key = automaton_key(regex, vocab, macro, lazy)
     found = AUTOMATA.get(key)
     if found is not None:
         return found
@@ -54,22 +59,38 @@ def compile_regex(regex: str, vocab: Vocab, *, timeout: float | None = DEFAULT_T
             return found
         folder = store.cache_dir()
         path = folder / f"{key}.npz" if folder else None
-        a = store.load(path, key) if path else None
-        if a is not None:
+        arrays = store.load(path, key) if path else None
+        if arrays is not None:
             try:
                 os.utime(path)  # recently used: pruned last
             except OSError:
                 pass
         else:
-            a = (build(regex, vocab, key, macro, max_transitions) if timeout is None else
-                 build_bounded(regex, vocab, key, macro, max_transitions, timeout, max_memory))
+            arrays = _build(regex, vocab, key, macro, lazy, max_transitions, timeout, max_memory)
             if path:
                 try:
-                    store.save(path, a)
+                    store.save(path, key, arrays)
                     store.prune(path.parent, path)
                 except OSError:
                     pass  # a read-only or full cache folder only costs a rebuild next time
+        if lazy:
+            a = LazyAutomaton(arrays["trans"], arrays["final"], arrays["bound"], vocab, key, macro)
+        else:
+            a = Automaton(arrays["offsets"], arrays["tokens"], arrays["targets"], arrays["final"], arrays["dist"], key)
         a = AUTOMATA.put(key, a)
     with _KEY_LOCKS_GUARD:
         _KEY_LOCKS.pop(key, None)
     return a
+
+
+def _build(regex, vocab, key, macro, lazy, max_transitions, timeout, max_memory) -> dict[str, np.ndarray]:
+    kind = "lazy" if lazy else "automaton"
+    if timeout is not None:
+        value = build_bounded(kind, regex, vocab, key, macro, max_transitions, timeout, max_memory)
+    elif lazy:
+        value = lazy_tables(regex, vocab, macro)
+    else:
+        a = build(regex, vocab, key, macro, max_transitions)
+        value = (a.offsets, a.tokens, a.targets, a.final, a.dist)
+    names = ("trans", "final", "bound") if lazy else ("offsets", "tokens", "targets", "final", "dist")
+    return dict(zip(names, value))

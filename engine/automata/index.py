@@ -81,8 +81,10 @@ class _Run:
 
     A state that loops on the class (the inside of a JSON string, free text) moves along any
     token made of class characters exactly as the class automaton does. Such tokens (``ids``,
-    ending in class state ``k``) are taken in one step; the walk starts only at ``exits``, the
-    trie nodes where a token first leaves the class (``exit_k`` is the class state before).
+    ending in class state ``k`` after ``j`` whole characters) are taken in one step; the walk
+    starts only at ``exits``, the trie nodes where a token first leaves the class (``exit_k`` and
+    ``exit_j`` as before that byte). A state that counts class characters (a bounded string)
+    moves the same way along a chain of states, one per character.
     """
 
     trans: np.ndarray  # (c+1, 256): the class automaton, c is dead, state 0 is between characters
@@ -90,8 +92,11 @@ class _Run:
     tree: np.ndarray  # (c-1, 3): edges reaching every class state from state 0, in order
     ids: np.ndarray
     k: np.ndarray
+    j: np.ndarray
     exits: np.ndarray
     exit_k: np.ndarray
+    exit_j: np.ndarray
+    one_byte: int  # a character of the class that is one byte long
 
 
 def _run(trie: "_Trie", char_class: str) -> _Run:
@@ -116,6 +121,7 @@ def _run(trie: "_Trie", char_class: str) -> _Run:
         frontier = nxt
     node_k = np.full(len(trie.parent), -1, dtype=np.int32)
     node_k[0] = 0
+    node_j = np.zeros(len(trie.parent), dtype=np.int32)
     frontier = np.array([0])
     while len(frontier):
         owner, pos = ranges(frontier, trie.coff)
@@ -123,30 +129,33 @@ def _run(trie: "_Trie", char_class: str) -> _Run:
         k = node_k[frontier[owner]]
         step = trans[np.where(k >= 0, k, c), trie.byte[child]]
         node_k[child] = np.where(step == c, -1, step)
+        node_j[child] = node_j[frontier[owner]] + (step == 0)
         frontier = child
     inside = np.flatnonzero(node_k >= 0)[1:]
     owner, pos = ranges(inside, trie.eoff)
-    ids, k = trie.ids[pos], node_k[inside[owner]]
+    ids, k, j = trie.ids[pos], node_k[inside[owner]], node_j[inside[owner]]
     order = np.argsort(ids)
     exits = np.flatnonzero((node_k < 0) & (node_k[trie.parent] >= 0)).astype(np.int32)
-    return _Run(trans, edges, np.asarray(tree, dtype=np.int64).reshape(-1, 3), ids[order], k[order],
-                exits, node_k[trie.parent[exits]])
+    one_byte = np.flatnonzero(trans[0, :128] == 0)
+    return _Run(trans, edges, np.asarray(tree, dtype=np.int64).reshape(-1, 3), ids[order], k[order], j[order],
+                exits, node_k[trie.parent[exits]], node_j[trie.parent[exits]],
+                int(one_byte[0]) if len(one_byte) else -1)
 
 
 def _run_for(trie: _Trie, char_class: str) -> _Run:
     return RUNS.get_or_build((trie.key, char_class), lambda: _run(trie, char_class))
 
 
-def _run_classes(trans: np.ndarray) -> list[tuple[np.ndarray, list[str]]]:
-    """States that loop on many ASCII bytes, grouped by those bytes, with the character classes
-    to try for them: the bytes plus every non-ASCII character (free text, JSON strings, raw
-    strings), then the bytes alone (patterns such as ``[a-z0-9_]*``)."""
-    n = trans.shape[0] - 1
-    loops = trans[:n, :128] == np.arange(n)[:, None]
-    wide = np.flatnonzero(loops.sum(axis=1) >= MIN_RUN_BYTES)
+def _run_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray, list[str]]]:
+    """Which of ``states`` loop on many ASCII bytes, grouped by those bytes, with the character
+    classes to try for them: the bytes plus every non-ASCII character (free text, JSON strings,
+    raw strings), then the bytes alone (patterns such as ``[a-z0-9_]*``)."""
+    loops = trans[states, :128] == states[:, None]
+    many = loops.sum(axis=1) >= MIN_RUN_BYTES
+    wide, loops = states[many], loops[many]
     if not len(wide):
         return []
-    keys, inverse = np.unique(np.packbits(loops[wide], axis=1), axis=0, return_inverse=True)
+    keys, inverse = np.unique(np.packbits(loops, axis=1), axis=0, return_inverse=True)
     out = []
     for g in range(len(keys)):
         inside = np.flatnonzero(np.unpackbits(keys[g])[:128])
@@ -154,6 +163,62 @@ def _run_classes(trans: np.ndarray) -> list[tuple[np.ndarray, list[str]]]:
         out.append((wide[inverse.reshape(-1) == g],
                     [f"[^{_hex(outside)}{SPECIAL_CLASS}]", f"[{_hex(inside)}]"]))
     return out
+
+
+def _chain_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray, list[str]]]:
+    """Which of ``states`` send many ASCII bytes to one other state (a bounded string counting its
+    characters), grouped by those bytes, with the character classes to try as in _run_classes."""
+    n = trans.shape[0] - 1
+    rows = trans[states, :128].astype(np.int64)
+    # dead steps and loops never count: give each a value of its own
+    rows = np.where((rows == n) | (rows == states[:, None]), -1 - np.arange(128), rows)
+    ordered = np.sort(rows, axis=1)
+    length = np.ones(ordered.shape, dtype=np.int32)
+    for i in range(1, 128):
+        length[:, i] = np.where(ordered[:, i] == ordered[:, i - 1], length[:, i - 1] + 1, 1)
+    many = length.max(axis=1) >= MIN_RUN_BYTES
+    if not many.any():
+        return []
+    states, rows, ordered, length = states[many], rows[many], ordered[many], length[many]
+    main = ordered[np.arange(len(states)), length.argmax(axis=1)]
+    inside = rows == main[:, None]
+    keys, inverse = np.unique(np.packbits(inside, axis=1), axis=0, return_inverse=True)
+    out = []
+    for g in range(len(keys)):
+        ins = np.flatnonzero(np.unpackbits(keys[g])[:128])
+        outside = np.setdiff1d(np.arange(128), ins)
+        out.append((states[inverse.reshape(-1) == g], [f"[^{_hex(outside)}{SPECIAL_CLASS}]", f"[{_hex(ins)}]"]))
+    return out
+
+
+def _chain_maps(trans: np.ndarray, run: _Run, state: int) -> np.ndarray | None:
+    """For a state that steps like the class from one state of a chain to the next, the class-state
+    maps along the chain: row j maps each class state to the DFA state after j whole characters.
+    The chain either outlasts the longest class token or ends in a state that takes no class
+    character (only whole characters end there). None when ``state`` does not step like that."""
+    n = trans.shape[0] - 1
+    if run.one_byte < 0:
+        return None
+    longest = int(max(run.j.max(initial=0), run.exit_j.max(initial=0)))
+    chain = np.empty(longest + 2, dtype=np.int32)
+    chain[0] = state
+    for i in range(longest + 1):
+        chain[i + 1] = trans[chain[i], run.one_byte]
+    m = np.full((longest + 1, run.trans.shape[0] - 1), n, dtype=np.int32)
+    m[:, 0] = chain[:-1]
+    for a, b, d in run.tree.tolist():
+        m[:, d] = trans[m[:, a], b]
+    e = run.edges
+    got = trans[m[:, e[:, 0]], e[:, 1]]
+    want = np.where(e[:, 2] == 0, chain[1:, None], m[:, e[:, 2]])
+    steps = ((got == want) & (want != n)).all(axis=1)
+    if steps.all():
+        return m
+    end = int(np.argmin(steps))
+    if end == 0 or (got[end] != n).any() or chain[end] == chain[end - 1]:
+        return None
+    m[end, 1:] = n
+    return m[:end + 1]
 
 
 def _hex(byte_values: np.ndarray) -> str:
@@ -173,28 +238,48 @@ def _run_states(trans: np.ndarray, run: _Run, states: np.ndarray) -> tuple[np.nd
 
 
 
-def _token_edges(trans: np.ndarray, trie: _Trie, extra: tuple[tuple[bytes, int], ...], max_edges: int):
-    """Every (state, token, next state) of the byte DFA, walking the trie from all states at once.
+def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tuple[bytes, int], ...] = (),
+                states: np.ndarray | None = None):
+    """Every (state, token, next state) of the byte DFA from ``states`` (all by default), walking
+    the trie from all of them at once.
 
     Returns the walked edges and, for states that loop on a character class, the class's tokens
     as one block each: {state: (token ids, next states)}.
     """
     n = trans.shape[0] - 1
+    if states is None:
+        states = np.arange(n, dtype=np.int32)
     blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    starts = [(np.arange(n, dtype=np.int32), np.zeros(n, dtype=np.int32), np.arange(n, dtype=np.int32))]
-    for group, classes in _run_classes(trans):
+    starts = [(states, np.zeros(len(states), dtype=np.int32), states)]
+    for group, classes in _run_classes(trans, states):
         for char_class in classes:
             run = _run_for(trie, char_class)
-            states, m = _run_states(trans, run, group)
-            group = np.setdiff1d(group, states)
-            for s, row in zip(states.tolist(), m):
+            looping, m = _run_states(trans, run, group)
+            group = np.setdiff1d(group, looping)
+            for s, row in zip(looping.tolist(), m):
                 blocks[s] = (run.ids, row[run.k])
                 cur = trans[row[run.exit_k], trie.byte[run.exits]]
                 alive = cur != n
                 starts.append((np.full(int(alive.sum()), s, dtype=np.int32), run.exits[alive], cur[alive]))
+    rest = states[~np.isin(states, list(blocks))] if blocks else states
+    for group, classes in _chain_classes(trans, rest):
+        for char_class in classes:
+            run = _run_for(trie, char_class)
+            for s in group.tolist():
+                m = _chain_maps(trans, run, s)
+                if m is None:
+                    continue
+                ok = run.j < len(m)
+                ids, to = run.ids[ok], m[run.j[ok], run.k[ok]]
+                live = to != n
+                blocks[s] = (ids[live], to[live])
+                ok = run.exit_j < len(m)
+                cur = trans[m[run.exit_j[ok], run.exit_k[ok]], trie.byte[run.exits[ok]]]
+                alive = cur != n
+                starts.append((np.full(int(alive.sum()), s, dtype=np.int32), run.exits[ok][alive], cur[alive]))
+            group = np.setdiff1d(group, list(blocks))
     if blocks:
-        walked = np.ones(n, dtype=bool)
-        walked[list(blocks)] = False
+        walked = ~np.isin(states, list(blocks))
         starts[0] = tuple(a[walked] for a in starts[0])
     src, node, cur = (np.concatenate(p) for p in zip(*starts))
     parts, total = [], sum(len(b[0]) for b in blocks.values())
@@ -210,13 +295,27 @@ def _token_edges(trans: np.ndarray, trie: _Trie, extra: tuple[tuple[bytes, int],
         alive = nxt != n
         src, node, cur = src[owner[alive]], child[alive], nxt[alive]
     for text, token in extra:
-        cur = np.arange(n, dtype=np.int32)
+        cur = states
         for b in text:
             cur = trans[cur, b]
-        ok = np.flatnonzero(cur != n).astype(np.int32)
-        parts.append((ok, np.full(len(ok), token, dtype=np.int32), cur[ok]))
+        ok = cur != n
+        parts.append((states[ok], np.full(int(ok.sum()), token, dtype=np.int32), cur[ok]))
+    if not parts:
+        empty = np.zeros(0, dtype=np.int32)
+        return empty, empty, empty, blocks
     src, tok, dst = (np.concatenate(p) for p in zip(*parts))
     return src, tok, dst, blocks
+
+
+def token_row(trans: np.ndarray, trie: _Trie, state: int,
+              extra: tuple[tuple[bytes, int], ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """One state's tokens and the states they lead to (unsorted), the dead state left out."""
+    _, tok, dst, blocks = token_edges(trans, trie, 1 << 62, extra, np.array([state], dtype=np.int32))
+    if state in blocks:
+        ids, to = blocks[state]
+        live = to != trans.shape[0] - 1
+        tok, dst = np.concatenate([ids[live], tok]), np.concatenate([to[live], dst])
+    return tok, dst
 
 
 def build(regex: str, vocab: Vocab, key: str, macro: tuple[str, int] | None = None,
@@ -225,7 +324,7 @@ def build(regex: str, vocab: Vocab, key: str, macro: tuple[str, int] | None = No
     trans, final = byte_dfa(regex)
     n = len(final)
     extra = ((macro[0].encode(), macro[1]),) if macro else ()
-    src, tok, dst, blocks = _token_edges(trans, vocabulary_trie(vocab), extra, max_edges)
+    src, tok, dst, blocks = token_edges(trans, vocabulary_trie(vocab), max_edges, extra)
     # keep the states the initial one reaches by tokens and that can still reach acceptance
     block_dst = {s: np.unique(t) for s, (_, t) in blocks.items()}
     block_src = [np.full(len(t), s) for s, t in block_dst.items()]

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..caches import Cache
 from ..vocabulary import Vocab
-from .automaton import Automaton
+from .automaton import TokenAutomaton
 
 MASKS = Cache("masks", 512 << 20, lambda m: m.nbytes)  # by content digest, bounded by bytes
 
@@ -31,11 +31,10 @@ def shared_mask(ids: np.ndarray, width: int) -> tuple[bytes, mx.array]:
 class MaskTable:
     """Additive float32 masks (0 allowed, -inf banned) per (state, budget cap), deduplicated."""
 
-    def __init__(self, automaton: Automaton, vocab: Vocab, width: int):
+    def __init__(self, automaton: TokenAutomaton, vocab: Vocab, width: int):
         self.a = automaton
         self.vocab = vocab
         self.width = width
-        self.cap = automaton.max_target_dist
         self.by_key: dict[tuple[int, int], bytes] = {}
         self.lock = threading.Lock()
         eos = [i for i in vocab.eos_ids if i < width]
@@ -44,14 +43,14 @@ class MaskTable:
 
     def allowed(self, state: int, left: int) -> np.ndarray:
         """Token ids allowed in ``state`` with ``left`` tokens still to generate (this one included)."""
-        ids = self.a.successors_within(state, left - 1) if left > 0 else self.a.tokens[:0]
+        ids = self.a.successors_within(state, left - 1) if left > 0 else self.eos[:0]
         ids = ids[ids < self.width]
         if self.a.final[state]:
             ids = np.concatenate([ids, self.eos])
         return ids
 
     def mask(self, state: int, left: int) -> mx.array:
-        key = (state, int(min(left - 1, self.cap[state])))
+        key = (state, min(left - 1, self.a.target_cap(state)))
         digest = self.by_key.get(key)
         m = MASKS.get(digest) if digest is not None else None
         if m is not None:

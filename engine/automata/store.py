@@ -9,9 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .automaton import Automaton
-
-FORMAT_VERSION = 2
+FORMAT_VERSION = 4
 DEFAULT_DISK_BYTES = 4 << 30
 
 
@@ -51,43 +49,44 @@ def cache_dir() -> Path | None:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mlx-toolgate"
 
 
-def save(path: Path, a: Automaton) -> None:
+def save(path: Path, key: str, arrays: dict[str, np.ndarray]) -> None:
+    """Write an automaton's arrays (see ``load`` for the two kinds) atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(
-                f,
-                version=np.array(FORMAT_VERSION),
-                key=np.array(a.key),
-                offsets=a.offsets,
-                tokens=a.tokens,
-                targets=a.targets,
-                final=a.final,
-                dist=a.dist,
-            )
+            np.savez(f, version=np.array(FORMAT_VERSION), key=np.array(key), **arrays)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def load(path: Path, key: str) -> Automaton | None:
-    """A cached automaton, or None when the file is missing, corrupt or for another key."""
+def load(path: Path, key: str) -> dict[str, np.ndarray] | None:
+    """A cached automaton's arrays, or None when the file is missing, corrupt or for another key.
+
+    Two kinds: an Automaton's (offsets, tokens, targets, final, dist) and a LazyAutomaton's
+    (trans, final, bound).
+    """
     try:
         with np.load(path, allow_pickle=False) as z:
             if int(z["version"]) != FORMAT_VERSION or str(z["key"]) != key:
                 return None
-            a = Automaton(z["offsets"], z["tokens"], z["targets"], z["final"], z["dist"], key)
+            arrays = {name: z[name] for name in z.files if name not in ("version", "key")}
     except Exception:
         return None
-    n = len(a.final)
-    ok = (
-        n > 0
-        and a.offsets.shape == (n + 1,)
-        and a.offsets[0] == 0
-        and a.offsets[-1] == len(a.tokens) == len(a.targets)
-        and a.dist.shape == (n,)
-        and (len(a.targets) == 0 or (a.targets.min() >= 0 and a.targets.max() < n))
-    )
-    return a if ok else None
+    return arrays if _consistent(arrays) else None
+
+
+def _consistent(z: dict[str, np.ndarray]) -> bool:
+    try:
+        n = len(z["final"])
+        if "trans" in z:
+            t = z["trans"]
+            return (n > 0 and t.shape == (n + 1, 256) and z["bound"].shape == (n,)
+                    and t.min() >= 0 and t.max() <= n)
+        return (n > 0 and z["offsets"].shape == (n + 1,) and z["offsets"][0] == 0
+                and z["offsets"][-1] == len(z["tokens"]) == len(z["targets"]) and z["dist"].shape == (n,)
+                and (len(z["targets"]) == 0 or (z["targets"].min() >= 0 and z["targets"].max() < n)))
+    except (KeyError, ValueError, TypeError, IndexError):
+        return False

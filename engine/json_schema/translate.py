@@ -78,7 +78,8 @@ class Options:
     whitespace: str = WHITESPACE
     strict: bool = True
     max_depth: int = 3  # how deep recursive $refs and untyped values nest
-    max_repeat: int = 256  # the largest bound on lengths/item counts written into the regex
+    max_repeat: int = 256  # the largest bound on item counts written into the regex
+    max_length: int = 256  # the largest bound on string lengths (each character a DFA state)
 
 
 @dataclass
@@ -356,19 +357,19 @@ class _Translator:
             raise SchemaError("must be a non-negative integer", pointer=p, keyword=kw)
         return int(v)
 
-    def repeat(self, s: dict, p: str, lo_kw: str, hi_kw: str) -> tuple[int, int | None]:
+    def repeat(self, s: dict, p: str, lo_kw: str, hi_kw: str, limit: int) -> tuple[int, int | None]:
         lo, hi = self.bound(s, p, lo_kw) or 0, self.bound(s, p, hi_kw)
         if hi is not None and lo > hi:
             raise SchemaError(f"{lo_kw} {lo} exceeds {hi_kw} {hi}", pointer=p, keyword=hi_kw)
-        if lo > self.o.max_repeat:
-            raise SchemaError(f"{lo} is above the {self.o.max_repeat} the mask can count to", pointer=p, keyword=lo_kw)
-        if hi is not None and hi > self.o.max_repeat:
-            self.skip(p, hi_kw, f"{hi} is above the {self.o.max_repeat} the mask can count to")
+        if lo > limit:
+            raise SchemaError(f"{lo} is above the {limit} the mask can count to", pointer=p, keyword=lo_kw)
+        if hi is not None and hi > limit:
+            self.skip(p, hi_kw, f"{hi} is above the {limit} the mask can count to")
             hi = None
         return lo, hi
 
     def string(self, s: dict, p: str) -> str:
-        lo, hi = self.repeat(s, p, "minLength", "maxLength")
+        lo, hi = self.repeat(s, p, "minLength", "maxLength", self.o.max_length)
         if "pattern" in s:
             body = self.pattern(s["pattern"], _ptr(p, "pattern"))
             if lo or hi is not None:
@@ -468,7 +469,7 @@ class _Translator:
         ws = self.ws
         if s.get("contains") is not None:
             self.skip(p, "contains", "this keyword cannot be expressed by the token mask")
-        lo, hi = self.repeat(s, p, "minItems", "maxItems")
+        lo, hi = self.repeat(s, p, "minItems", "maxItems", self.o.max_repeat)
         if s.get("uniqueItems") is True and (hi is None or hi > 1):
             if lo > 1:
                 self.skip(p, "uniqueItems", "distinct items cannot be enforced beyond one item")
@@ -681,14 +682,18 @@ def _valid(value: Any, schema: dict, root: Any) -> bool:
 
 
 def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool = True,
-                    max_depth: int = 3, max_repeat: int = 256) -> Translation:
-    """Translate a JSON schema (dict, bool or JSON text) to a regex over JSON text."""
+                    max_depth: int = 3, max_repeat: int = 256, max_length: int = 256) -> Translation:
+    """Translate a JSON schema (dict, bool or JSON text) to a regex over JSON text.
+
+    ``max_repeat`` and ``max_length`` are the largest item count and string length written into
+    the regex; a larger bound is refused in strict mode and checked after generation otherwise.
+    """
     if isinstance(schema, (str, bytes)):
         try:
             schema = json.loads(schema)
         except ValueError as e:
             raise SchemaError(f"schema is not valid JSON: {e}") from None
-    t = _Translator(schema, Options(whitespace, strict, max_depth, max_repeat))
+    t = _Translator(schema, Options(whitespace, strict, max_depth, max_repeat, max_length))
     try:
         regex = t.value(schema, "#")
     except _TooDeep:

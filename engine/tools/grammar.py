@@ -212,9 +212,13 @@ class ToolGrammar:
             m = self._eos[width] = additive_mask(np.asarray(self.vocab.eos_ids[:1]), width)
         return m
 
+    def fits(self, max_tokens: int) -> bool:
+        """The shortest valid turn fits in ``max_tokens``."""
+        return self.min_tokens <= max_tokens
+
     def matcher(self, max_tokens: int) -> Matcher:
         """A fresh per-request matcher; raises BudgetError when ``max_tokens`` cannot hold a turn."""
-        if max_tokens < self.min_tokens:
+        if not self.fits(max_tokens):
             raise BudgetError(f"max_tokens={max_tokens} cannot hold the shortest valid turn, which needs "
                               f"{self.min_tokens} tokens (tool_choice={self.tool_choice!r})")
         return Matcher(self, max_tokens)

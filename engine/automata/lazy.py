@@ -1,0 +1,125 @@
+"""A token automaton kept as its byte DFA: each state's tokens are found on its first visit.
+
+Compiling is the regex's byte DFA plus one number per state, ``bound``: the fewest tokens to
+acceptance along known token paths, the single-byte tokens (every byte but the symbols' lead
+byte is a token in the vocabularies we read) and the whole tokens that spell the shortest byte
+completions. It is an upper bound on the true token distance, and a consistent one: every live
+state has a token to a state whose bound is one less. Masks allow a token when its next state's
+bound fits the budget left, so an output that starts within budget always finishes within it.
+The price is some slack at the edge: ``min_tokens`` is the initial state's bound, at least the
+true minimum (the gap is measured in tests/test_lazy.py). A state's tokens come from walking
+the vocabulary's trie from that state alone (index.token_row), cached by content.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..caches import Cache
+from ..errors import CompileError
+from ..vocabulary import Vocab
+from .automaton import UNREACHABLE, TokenAutomaton, bfs
+from .byte_dfa import byte_dfa
+from .index import token_edges, token_row, vocabulary_trie
+
+ROWS = Cache("token rows", 256 << 20, lambda r: r[0].nbytes + r[1].nbytes)  # by (automaton key, state)
+
+
+def lazy_tables(regex: str, vocab: Vocab, macro: tuple[str, int] | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The byte DFA with dead states cut out, and each state's ``bound``: (trans, final, bound)."""
+    trans, final = byte_dfa(regex)
+    n = len(final)
+    symbols = [(ch.encode(), i) for i, ch in vocab.symbols.items()] + ([(macro[0].encode(), macro[1])] if macro else [])
+    src, dst = _single_steps(trans, vocab.single_bytes, symbols)
+    steps = bfs(dst, src, np.flatnonzero(final), n)
+    if steps[0] >= UNREACHABLE:
+        raise CompileError("the regex accepts no string this vocabulary can produce")
+    live = np.append(steps < UNREACHABLE, False)
+    trans = np.where(live[trans], trans, n).astype(np.int32)
+    # whole tokens along the shortest byte paths shorten the bound to about the true token count
+    short = _shortest_path_table(trans, steps)
+    s2, _, d2, _ = token_edges(short, vocabulary_trie(vocab), 1 << 62)
+    bound = bfs(np.concatenate([dst, d2]), np.concatenate([src, s2]), np.flatnonzero(final), n)
+    return trans, final, bound
+
+
+def _single_steps(trans: np.ndarray, single_bytes: np.ndarray, symbols: list[tuple[bytes, int]]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (state, next state) pairs one single-byte token or one whole symbol makes."""
+    n = trans.shape[0] - 1
+    step = np.sort(trans[:n][:, single_bytes], axis=1)
+    keep = step != n
+    keep[:, 1:] &= step[:, 1:] != step[:, :-1]
+    src, dst = [np.repeat(np.arange(n, dtype=np.int32), keep.sum(axis=1))], [step[keep]]
+    if symbols and (trans[:n, symbols[0][0][0]] != n).any():
+        for text, _ in symbols:
+            cur = np.arange(n, dtype=np.int32)
+            for b in text:
+                cur = trans[cur, b]
+            ok = np.flatnonzero(cur != n).astype(np.int32)
+            src.append(ok)
+            dst.append(cur[ok])
+    return np.concatenate(src), np.concatenate(dst)
+
+
+_PREFERENCE = np.array([0x20, *(b for b in range(256) if b != 0x20)])  # space first: long space tokens
+
+
+def _shortest_path_table(trans: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """The byte DFA cut down to one byte per (state, next state) on a shortest byte path to
+    acceptance (a space where it is one, else the lowest byte), so walking the trie through it
+    finds the tokens that spell shortest completions without visiting the whole vocabulary."""
+    n = trans.shape[0] - 1
+    nxt = trans[:n][:, _PREFERENCE]
+    good = np.append(steps, UNREACHABLE)[nxt] == (steps - 1)[:, None]
+    space = good[:, 0]
+    good[:, 1:] &= ~(space[:, None] & (nxt[:, 1:] == nxt[:, :1]))  # the space stands for its next state
+    row, col = np.nonzero(good)
+    _, first = np.unique(row.astype(np.int64) * (n + 1) + nxt[row, col], return_index=True)
+    out = np.full_like(trans, n)
+    out[row[first], _PREFERENCE[col[first]]] = nxt[row[first], col[first]]
+    return out
+
+
+class LazyAutomaton(TokenAutomaton):
+    """A token automaton over a byte DFA (state 0 initial); token rows are built per visited state."""
+
+    def __init__(self, trans: np.ndarray, final: np.ndarray, bound: np.ndarray, vocab: Vocab, key: str,
+                 macro: tuple[str, int] | None = None) -> None:
+        self.trans = trans
+        self.final = final
+        self._bound = bound
+        self.vocab = vocab
+        self.key = key
+        self._extra = ((macro[0].encode(), macro[1]),) if macro else ()
+        self._macro_id = macro[1] if macro else None
+
+    @property
+    def bound(self) -> np.ndarray:
+        return self._bound
+
+    @property
+    def nbytes(self) -> int:
+        return self.trans.nbytes + self.final.nbytes + self._bound.nbytes
+
+    def row(self, state: int) -> tuple[np.ndarray, np.ndarray]:
+        """``state``'s tokens (unsorted) and the state each leads to, found on first use."""
+        return ROWS.get_or_build((self.key, state),
+                                 lambda: token_row(self.trans, vocabulary_trie(self.vocab), state, self._extra))
+
+    def next_state(self, state: int, token: int) -> int:
+        """The state after ``token``, or -1 when the token is not allowed."""
+        if token == self._macro_id:
+            text = self._extra[0][0]
+        else:
+            text = self.vocab.token_text(token)
+            if not text:
+                return -1
+        dead = len(self.final)
+        trans = self.trans
+        for b in text:
+            state = trans[state, b]
+            if state == dead:
+                return -1
+        return int(state)
