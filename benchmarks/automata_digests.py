@@ -1,10 +1,10 @@
 """Digests of compiled automata, to check that a change leaves them identical state for state.
 
-Compiles a JSONSchemaBench sample (3 schemas from each subset, materialised automata as the
-tools use; JSON grammars are lazy now, checked against these by tests/test_lazy.py) and every family's tool grammar
+Compiles a JSONSchemaBench sample (3 schemas from each subset) and every family's tool grammar
 (BFCL and MCP tools; auto and required; thinking as the model likes and off; every argument piece
-compiled) on the real tokenizers, and hashes each automaton's arrays (offsets, tokens, targets,
-final, distances). Schemas from ../shared (or TOOLGATE_SHARED); tokenizers from tests/fixtures.
+compiled) on the real tokenizers, and hashes each materialised automaton's arrays (offsets, tokens,
+targets, final, distances). JSON grammars and tool arguments compile lazily now; their regexes are
+materialised here, and tests/test_lazy.py checks the lazy automata against the materialised ones. Schemas from ../shared (or TOOLGATE_SHARED); tokenizers from tests/fixtures.
 
     python benchmarks/automata_digests.py --write benchmarks/automata_digests.json   # record
     python benchmarks/automata_digests.py --check benchmarks/automata_digests.json   # compare
@@ -66,8 +66,10 @@ def digests() -> dict[str, str]:
                 except engine.ToolgateError as e:
                     out[key] = "refused " + type(e).__name__
                     continue
-                parts = [digest(g.outer)] + [digest(g.pieces.piece(ti, p, 0)) for ti in range(len(g.calls))
-                                             for p in range(len(g.calls[ti].pieces))]
+                vocab = g.vocab
+                parts = [digest(g.outer)] + [
+                    digest(g.pieces.piece(ti, p, 0) if piece.literal else compile_regex(piece.text, vocab, timeout=20))
+                    for ti in range(len(g.calls)) for p, piece in enumerate(g.calls[ti].pieces)]
                 out[key] = " ".join(parts) + f" min={g.min_tokens}"
                 print(key, out[key], file=sys.stderr, flush=True)
     return out

@@ -85,13 +85,13 @@ class ToolGrammar:
     def _dist(self, c) -> int:
         if type(c) is Outer:
             return int(self.turn.tail[c.state])
-        return int(self.pieces.piece(c.tool, c.piece, c.calls).dist[c.state]) \
+        return int(self.pieces.piece(c.tool, c.piece, c.calls).bound[c.state]) \
             + self.pieces.rest(c.tool, c.piece, c.calls) + int(self.turn.tail[c.ret])
 
     def _settle(self, c: InCall) -> list:
         """``c``, and where it leads without a token when its piece is complete."""
         a = self.pieces.piece(c.tool, c.piece, c.calls)
-        out = [c] if a.offsets[c.state + 1] > a.offsets[c.state] else []
+        out = [c] if len(a.row(c.state)[0]) else []
         if a.final[c.state]:
             out.append(InCall(c.ret, c.calls, c.tool, c.piece + 1, 0) if not self.pieces.last(c.tool, c.piece)
                        else Outer(c.ret, c.calls + 1))
@@ -146,13 +146,12 @@ class ToolGrammar:
         ps = self.pieces
         a = ps.piece(c.tool, c.piece, c.calls)
         offset = ps.rest(c.tool, c.piece, c.calls) + int(self.turn.tail[c.ret])
-        lo, hi = a.offsets[c.state], a.offsets[c.state + 1]
-        out = [a.tokens[lo:hi][a.dist[a.targets[lo:hi]] + offset <= budget]]
+        out = [a.successors_within(c.state, budget - offset)]
         if ps.joins(c.tool, c.piece):
             toks, tgts = ps.straddle(c.tool, c.piece, c.calls, c.state)
             if len(toks):
                 nxt = ps.piece(c.tool, c.piece + 1, c.calls)
-                out.append(toks[nxt.dist[tgts] + ps.rest(c.tool, c.piece + 1, c.calls) + int(self.turn.tail[c.ret])
+                out.append(toks[nxt.bound[tgts] + ps.rest(c.tool, c.piece + 1, c.calls) + int(self.turn.tail[c.ret])
                                 <= budget])
         return out
 
@@ -170,14 +169,11 @@ class ToolGrammar:
     def _piece_cap(self, c: InCall) -> int:
         ps = self.pieces
         a = ps.piece(c.tool, c.piece, c.calls)
-        lo, hi = a.offsets[c.state], a.offsets[c.state + 1]
-        d = a.dist[a.targets[lo:hi]]
-        d = d[d < UNREACHABLE]
-        cap = int(d.max(initial=0)) + ps.rest(c.tool, c.piece, c.calls)
+        cap = max(a.target_cap(c.state), 0) + ps.rest(c.tool, c.piece, c.calls)
         if ps.joins(c.tool, c.piece):
             toks, tgts = ps.straddle(c.tool, c.piece, c.calls, c.state)
             if len(toks):
-                d = ps.piece(c.tool, c.piece + 1, c.calls).dist[tgts]
+                d = ps.piece(c.tool, c.piece + 1, c.calls).bound[tgts]
                 d = d[d < UNREACHABLE]
                 cap = max(cap, int(d.max(initial=0)) + ps.rest(c.tool, c.piece + 1, c.calls))
         return cap + int(self.turn.tail[c.ret])

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from tqdm import tqdm
 
-from ..automata import UNREACHABLE, Automaton, compile_regex, distances
+from ..automata import UNREACHABLE, Automaton, TokenAutomaton, compile_regex, distances
 from ..caches import Cache
 from ..errors import CompileError
 from ..vocabulary import Vocab
@@ -89,10 +89,10 @@ def _byte_tokens(vocab: Vocab) -> list[int]:
         vocab.fingerprint, lambda: [vocab.outlines_map.get(bytes([b]), [-1])[0] for b in range(256)])
 
 
-def _first_bytes(a: Automaton, vocab: Vocab) -> set[int]:
+def _first_bytes(a: TokenAutomaton, vocab: Vocab) -> set[int]:
     """The first bytes of the tokens allowed in ``a``'s initial state."""
     def build():
-        toks = a.tokens[a.offsets[0]:a.offsets[1]].tolist()
+        toks = a.row(0)[0].tolist()
         return {vocab.token_bytes[t][0] for t in toks if t < len(vocab.token_bytes) and vocab.token_bytes[t]}
     return FIRST_BYTES.get_or_build(a.key, build)
 
@@ -106,7 +106,7 @@ class PieceStore:
         self.calls = calls
         self.lazy = lazy
         self.timeout = timeout
-        self._pieces: dict[tuple[int, int, int], Automaton] = {}
+        self._pieces: dict[tuple[int, int, int], TokenAutomaton] = {}
         self._rest: dict[tuple[int, int, int], int] = {}
         self._straddles: dict[tuple[int, int, int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._lock = threading.Lock()
@@ -125,8 +125,9 @@ class PieceStore:
             for _ in ex.map(lambda job: self.piece(job[0], job[1], 0), jobs):
                 bar.update()
 
-    def piece(self, ti: int, p: int, k: int) -> Automaton:
-        """Tool ``ti``'s piece ``p`` in call number ``k``; argument pieces compile on first use."""
+    def piece(self, ti: int, p: int, k: int) -> TokenAutomaton:
+        """Tool ``ti``'s piece ``p`` in call number ``k``: literal pieces materialised, argument
+        pieces lazy automata compiled on first use (with ``lazy``) or up front."""
         spec = self.calls[ti].pieces[p]
         key = (ti, p, k if spec.indexed else 0)
         a = self._pieces.get(key)
@@ -135,7 +136,7 @@ class PieceStore:
                 a = literal_automaton(spec.text.replace(INDEX_MARK, str(k)), self.vocab)
             else:
                 try:
-                    a = compile_regex(spec.text, self.vocab, timeout=self.timeout)
+                    a = compile_regex(spec.text, self.vocab, timeout=self.timeout, lazy=True)
                 except CompileError as e:
                     raise CompileError(f"tool {self.calls[ti].tool.name!r}: its arguments: {e}") from None
             with self._lock:
