@@ -11,11 +11,14 @@ small.
 
 import json
 
+import jsonschema
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import engine
 from conftest import DATA, load_tokenizer, scale
+from instances import canonical_text
 from engine.automata import compile_regex
 from engine.json_schema import schema_to_regex
 from engine.vocabulary import build_vocab
@@ -116,3 +119,70 @@ def test_an_any_value_schema_compiles_without_materialising(qwen3_tokenizer):
     assert state >= 0 and g.automaton.final[state]
     bad = qwen3_tokenizer.encode('{"a":{"x":[1,"y",null]},"b":{}}', add_special_tokens=False)
     assert g.automaton.walk(bad) < 0
+
+
+# ---- property tests: long string bounds and any-value parameters, mask against jsonschema ----
+
+CHARS = st.characters(codec="utf-8", exclude_categories=("Cs",), max_codepoint=0xDFFF)  # below the symbols
+LONG = [(5, 300), (290, 1024)]  # (minLength, maxLength)
+
+
+def _agrees(tok, grammar, schema, value):
+    """Walk ``value`` (written as the engine writes JSON) through the automaton; the verdict must
+    be jsonschema's. Text the tokenizer rewrites (NFC) is left out, as in bench_peers."""
+    text = canonical_text(value, schema)
+    ids = tok.encode(text, add_special_tokens=False)
+    if tok.decode(ids) != text:
+        return None
+    state = grammar.automaton.walk(ids)
+    accepted = state >= 0 and bool(grammar.automaton.final[state])
+    valid = jsonschema.Draft202012Validator(schema).is_valid(value)
+    assert accepted == valid, (text[:200], accepted, valid)
+    return valid
+
+
+@settings(max_examples=scale(40, 400), deadline=None, suppress_health_check=list(HealthCheck))
+@given(which=st.sampled_from(range(len(LONG))), data=st.data())
+def test_long_string_bounds_agree_with_jsonschema(qwen3_tokenizer, which, data):
+    lo, hi = LONG[which]
+    schema = {"type": "object", "properties": {"s": {"type": "string", "minLength": lo, "maxLength": hi}},
+              "required": ["s"]}
+    g = engine.compile_json_schema(qwen3_tokenizer, schema)
+    n = data.draw(st.sampled_from([lo - 1, lo, lo + 1, hi - 1, hi, hi + 1]) | st.integers(0, hi + 3))
+    text = data.draw(st.text(CHARS, min_size=n, max_size=n))
+    _agrees(qwen3_tokenizer, g, schema, {"s": text})
+
+
+def json_values(depth):
+    """JSON values nesting at most ``depth`` containers (an untyped value nests up to max_depth=3)."""
+    scalars = (st.none() | st.booleans() | st.integers(-10**12, 10**12)
+               | st.floats(allow_nan=False, allow_infinity=False, width=32) | st.text(CHARS, max_size=12))
+    if depth == 0:
+        return scalars
+    inner = json_values(depth - 1)
+    return scalars | st.lists(inner, max_size=3) | st.dictionaries(st.text(CHARS, max_size=6), inner, max_size=3)
+
+
+ANY = {"type": "object", "properties": {"a": {}, "b": {"type": "array", "items": {}}}, "required": ["a", "b"]}
+
+
+@settings(max_examples=scale(60, 600), deadline=None, suppress_health_check=list(HealthCheck))
+@given(a=json_values(3), b=st.lists(json_values(2), max_size=4) | json_values(3),
+       drop=st.sampled_from([None, None, None, "a", "b"]))
+def test_any_value_parameters_agree_with_jsonschema(qwen3_tokenizer, a, b, drop):
+    """Values up to the nesting the grammar writes (3 containers; deeper is refused by design),
+    near-misses being a non-array ``b`` or a missing key."""
+    g = engine.compile_json_schema(qwen3_tokenizer, ANY)
+    value = {k: v for k, v in (("a", a), ("b", b)) if k != drop}
+    _agrees(qwen3_tokenizer, g, ANY, value)
+
+
+def test_any_value_tool_compiles_up_front(qwen3_tokenizer):
+    """A tool whose parameters are typed ``{}`` (as many BFCL and MCP tools are) compiles with
+    lazy=False, and a call with nested arguments walks to the end of the turn."""
+    tools = [{"type": "function", "function": {"name": "run", "parameters": {
+        "type": "object", "properties": {"payload": {}, "options": {"type": "object"}}, "required": ["payload"]}}}]
+    g = engine.compile_tools(qwen3_tokenizer, tools, format="hermes", tool_choice="required", lazy=False)
+    call = '<tool_call>\n{"name": "run", "arguments": {"payload": {"x": [1, {"y": null}]}, "options": {"k": "v"}}}\n</tool_call>'
+    state = g.walk(qwen3_tokenizer.encode(call, add_special_tokens=False))
+    assert state is not None and g.is_final(state)
