@@ -66,7 +66,7 @@ def test_number_ranges_never_admit_outside_values(lo, hi, lo_ex, hi_ex, samples)
 
 
 @pytest.mark.parametrize("schema,keyword,pointer", [
-    ({"not": {"type": "string"}}, "not", "#"),
+    ({"type": "string", "not": {"pattern": "^a"}}, "not", "#"),
     ({"type": "object", "properties": {"a": {"type": "string", "format": "hostname-idn"}}}, "format", "#/properties/a"),
     ({"type": "array", "contains": {"type": "integer"}}, "contains", "#"),
     ({"type": "array", "uniqueItems": True, "minItems": 2}, "uniqueItems", "#"),
@@ -140,3 +140,36 @@ def test_a_chain_of_distinct_refs_expands_in_full():
     rx = py_regex(schema_to_regex({"$ref": "#/$defs/d0", "$defs": defs}).regex)
     assert rx.fullmatch('{"next":' * 5 + "7" + "}" * 5)
     assert not rx.fullmatch('{"next":' * 5 + '"x"' + "}" * 5)
+
+
+NOT_CASES = [
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "not": {"required": ["b"]}},
+     [{"a": 1}, {"a": 1, "b": "x"}, {}, 3]),
+    ({"not": {"type": ["string", "null"]}}, [1, "x", None, [], {}, 2.5]),
+    ({"not": {"type": "number"}}, [1, 2.5, "x", True]),
+    ({"type": "object", "properties": {"x": {"not": {}}, "y": {"type": "integer"}}}, [{"y": 1}, {"x": 1}, {}]),
+    ({"properties": {"foo": {"not": {}}}}, [{}, {"foo": 1}]),  # (undeclared keys are never written)
+    ({"not": {"not": {"type": "integer"}}}, [1, "a", 1.5]),
+    ({"properties": {"ios": {"type": "boolean"}, "android": {"type": "boolean"}},
+      "not": {"anyOf": [{"required": ["ios"]}, {"required": ["android"]}]}}, [{}, {"ios": True}, {"android": False}, 1]),
+    ({"type": "object", "properties": {"a": {}, "b": {}}, "required": ["a"], "not": {"required": ["a", "b"]}},
+     [{"a": 1}, {"a": 1, "b": 2}]),
+    ({"allOf": [{"not": {"type": "string"}}, {"not": {"type": "null"}}]}, ["a", None, 1, True]),
+    ({"type": "object", "not": {"required": ["k"]}}, [{}, {"k": 1}]),
+]
+
+
+@pytest.mark.parametrize("schema,instances", NOT_CASES)
+def test_not_forms_agree_with_jsonschema(schema, instances):
+    """The `not` forms written as other keywords: excluded types, forbidden keys, a schema that
+    accepts everything, double negation, anyOf of these, two `not`s under allOf."""
+    rx = re.compile(python_spelling(schema_to_regex(schema).regex), re.DOTALL)
+    for value in instances:
+        text = json.dumps(value, separators=(",", ":"))
+        assert (rx.fullmatch(text) is not None) == jsonschema.Draft202012Validator(schema).is_valid(value), text
+
+
+def test_not_of_everything_drops_an_optional_key_and_refuses_a_required_one():
+    assert '"x"' not in schema_to_regex({"type": "object", "properties": {"x": {"not": {}}, "y": {}}}).regex
+    with pytest.raises(SchemaError, match="not"):
+        schema_to_regex({"type": "object", "properties": {"x": {"not": {}}}, "required": ["x"]})

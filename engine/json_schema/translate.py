@@ -130,7 +130,9 @@ class _Translator:
             return self.value(self.merge_all_of(s, p), p)
         if "anyOf" in s or "oneOf" in s:
             return self.choice(s, p)
-        for k in ("not", "if", "then", "else", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems",
+        if "not" in s:
+            return self.value(self.fold_not(s, p), p)
+        for k in ("if", "then", "else", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems",
                   "$dynamicRef", "$recursiveRef"):
             if k in s:
                 self.skip(p, k, "this keyword cannot be expressed by the token mask")
@@ -225,6 +227,8 @@ class _Translator:
                     merged[k] = props
                 elif k == "required":
                     merged[k] = list(dict.fromkeys([*merged[k], *v]))
+                elif k == "not":
+                    merged[k] = {"anyOf": [merged[k], v]}
                 elif k == "type":
                     a = {merged[k]} if isinstance(merged[k], str) else set(merged[k])
                     b = {v} if isinstance(v, str) else set(v)
@@ -252,6 +256,71 @@ class _Translator:
                                      for i in range(width)]
             merged["items"] = _conjunction([rest for _, rest in positional])
         return merged
+
+    def fold_not(self, s: dict, p: str) -> dict:
+        """``s`` with its ``not`` written as keywords the mask enforces, where that is exact: a
+        schema that accepts everything (then nothing fits), excluded types, forbidden keys
+        (``required`` of keys the object may leave out), a double negation, and ``anyOf`` of
+        these (each excluded in turn). Anything else is skipped."""
+        rest = {k: v for k, v in s.items() if k != "not"}
+        pn = _ptr(p, "not")
+        negated, also = [s["not"]], []
+        while negated:
+            n = negated.pop()
+            while isinstance(n, dict) and set(n) - ANNOTATIONS == {"$ref"}:
+                n = self.value_target(n["$ref"], pn)
+            if n is False:
+                continue
+            if n is True:
+                n = {}
+            if not isinstance(n, dict):
+                raise SchemaError("not must be a schema", pointer=pn, keyword="not")
+            n = {k: v for k, v in n.items() if k not in ANNOTATIONS}
+            if _accepts_everything(n):
+                raise Unsatisfiable("'not' of a schema that accepts everything accepts nothing", pointer=p, keyword="not")
+            if set(n) == {"anyOf"} and isinstance(n["anyOf"], list):
+                negated += n["anyOf"]  # not (A or B) = not A and not B
+            elif set(n) == {"not"}:
+                also.append(n["not"])  # not not A = A
+            elif set(n) == {"type"}:
+                rest = self.exclude_types(rest, n["type"], p)
+            elif (names := _required_names(n)) is not None:
+                rest = self.forbid_keys(rest, names, p)
+            else:
+                self.skip(p, "not", "this 'not' cannot be expressed by the token mask")
+        return {"allOf": [rest, *also]} if also else rest
+
+    def exclude_types(self, s: dict, excluded: Any, p: str) -> dict:
+        gone = {excluded} if isinstance(excluded, str) else set(excluded) if isinstance(excluded, list) else None
+        if not gone or not gone <= set(ALL_TYPES):
+            raise SchemaError(f"unknown type {excluded!r}", pointer=_ptr(p, "not"), keyword="type")
+        allowed = set(self.types(s, p)) | ({"integer"} if "number" in self.types(s, p) else set())
+        if "number" in gone:
+            gone.add("integer")
+        elif "integer" in gone and "number" in allowed:
+            self.skip(p, "not", "numbers that are not integers cannot be expressed by the token mask")
+            return s
+        kept = sorted(allowed - gone)
+        if "number" in kept:
+            kept.remove("integer")
+        if not kept:
+            raise Unsatisfiable("'not' excludes every type the schema allows", pointer=p, keyword="not")
+        return {**s, "type": kept}
+
+    def forbid_keys(self, s: dict, names: list, p: str) -> dict:
+        """``not: {required: names}``: an object (anything else satisfies ``required``) that lacks
+        at least one of ``names``; exact when all but one are always present."""
+        always = set(s.get("required") or [])
+        missing = [n for n in dict.fromkeys(names) if n not in always]
+        if len(missing) != 1:
+            if not missing:
+                raise Unsatisfiable("'not' forbids keys that are required", pointer=p, keyword="not")
+            self.skip(p, "not", "'not' of several optional keys at once cannot be expressed by the token mask")
+            return s
+        s = self.exclude_types(s, [t for t in ALL_TYPES if t != "object"], p)
+        rule = {"not": {"const": missing[0]}}
+        names_rule = s.get("propertyNames")
+        return {**s, "propertyNames": rule if names_rule in (None, True, {}) else {"allOf": [names_rule, rule]}}
 
     def value_target(self, ref: Any, p: str) -> Any:
         """The schema a local reference names: a JSON pointer (``#/...``) or an anchor (``#name``)."""
@@ -575,6 +644,7 @@ class _Translator:
             if name not in props:
                 props[name] = extra
         members, req = [], []
+        declared = bool(props)  # declared keys only, even when none of them can be written
         for name, ps in props.items():
             try:
                 regex = self.value(ps, _ptr(p, "properties", name))
@@ -606,7 +676,7 @@ class _Translator:
         if not members:
             # a free-form key may be a dependent one (under any spelling, escapes included), so an
             # object with dependencies writes no free-form key
-            if extra is False or max_p == 0 or dependents:
+            if extra is False or max_p == 0 or dependents or declared:
                 if min_p and not dependents:
                     raise SchemaError(f"minProperties {min_p} but no property can be written", pointer=p,
                                       keyword="minProperties")
@@ -670,6 +740,25 @@ def _conjunction(schemas: list) -> Any:
 
 class _TooDeep(Exception):
     """A recursive $ref went past max_depth: the branch is dropped (a valid subset remains)."""
+
+
+def _accepts_everything(s: dict) -> bool:
+    """True for schemas that accept every JSON value: only vacuous keywords (an ``items`` that
+    accepts anything makes ``additionalItems`` vacuous in every draft)."""
+    vacuous = {"items": ({}, True), "properties": ({},), "required": ([],), "additionalProperties": ({}, True),
+               "additionalItems": None if s.get("items") in ({}, True) else ()}
+    return all(k in vacuous and (vacuous[k] is None or v in vacuous[k]) for k, v in s.items())
+
+
+def _required_names(s: dict) -> list | None:
+    """The keys a schema made only of ``required`` (possibly under allOf) asks for, or None."""
+    if set(s) == {"required"} and isinstance(s["required"], list):
+        return s["required"]
+    if set(s) == {"allOf"} and isinstance(s["allOf"], list):
+        parts = [_required_names(b) if isinstance(b, dict) else None for b in s["allOf"]]
+        if all(x is not None for x in parts):
+            return [n for x in parts for n in x]
+    return None
 
 
 def _valid(value: Any, schema: dict, root: Any) -> bool:
