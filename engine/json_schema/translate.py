@@ -369,14 +369,44 @@ class _Translator:
                 raise
         if not parts:
             raise SchemaError("no branch can be satisfied", pointer=p, keyword=kw)
-        if kw == "oneOf" and len(parts) > 1 and not self.disjoint(branches):
+        if kw == "oneOf" and len(parts) > 1 and not self.disjoint(branches, p):
+            exclusive = self.exclusive(base, branches, p)
+            if exclusive is not None:
+                return exclusive
             self.skip(p, "oneOf", "branches overlap, so 'exactly one' cannot be enforced")
         return alternation(parts)
 
-    def disjoint(self, branches: list) -> bool:
+    def exclusive(self, base: dict, branches: list, p: str) -> str | None:
+        """Overlapping oneOf as each branch without the others (``not`` of their anyOf), when
+        every such ``not`` can be written exactly (branches told apart by required keys, say);
+        None otherwise."""
+        strict, unenforced = self.o.strict, list(self.unenforced)
+        self.o.strict = True  # a `not` that cannot be written exactly fails the rewrite, not the schema
+        try:
+            parts = []
+            for i, b in enumerate(branches):
+                others = [o for j, o in enumerate(branches) if j != i]
+                sub = {"allOf": [x for x in (base, b, {"not": {"anyOf": others}}) if x != {}]}
+                try:
+                    parts.append(self.value(sub, _ptr(p, "oneOf", i)))
+                except Unsatisfiable:
+                    continue
+            return alternation(parts) if parts else None
+        except SchemaError:
+            return None
+        finally:
+            self.o.strict, self.unenforced = strict, unenforced
+
+    def disjoint(self, branches: list, p: str) -> bool:
         """True when the branches provably match different JSON types or different constants."""
         seen: list[set] = []
         for b in branches:
+            for _ in range(16):  # a branch that is a reference: look at what it names
+                if not (isinstance(b, dict) and "$ref" in b and set(b) - ANNOTATIONS == {"$ref"}):
+                    break
+                b = self.value_target(b["$ref"], p)
+            if isinstance(b, dict):
+                b = {k: v for k, v in b.items() if k not in ANNOTATIONS}
             if not isinstance(b, dict):
                 return False
             if "const" in b:
