@@ -170,6 +170,10 @@ def _chain_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarr
     characters), grouped by those bytes, with the character classes to try as in _run_classes."""
     n = trans.shape[0] - 1
     rows = trans[states, :128].astype(np.int64)
+    wide = ((rows != n) & (rows != states[:, None])).sum(axis=1) >= MIN_RUN_BYTES
+    if not wide.any():
+        return []
+    states, rows = states[wide], rows[wide]
     # dead steps and loops never count: give each a value of its own
     rows = np.where((rows == n) | (rows == states[:, None]), -1 - np.arange(128), rows)
     ordered = np.sort(rows, axis=1)
