@@ -282,9 +282,11 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
                 alive = cur != n
                 starts.append((np.full(int(alive.sum()), s, dtype=np.int32), run.exits[ok][alive], cur[alive]))
             group = np.setdiff1d(group, list(blocks))
-    if blocks:
-        walked = ~np.isin(states, list(blocks))
-        starts[0] = tuple(a[walked] for a in starts[0])
+    walked = states[~np.isin(states, list(blocks))] if blocks else states
+    # the first byte from the table's rows, not from the root's 256 children for every state
+    first, root = trans[walked], _root_children(trie)
+    row, byte = np.nonzero((first != n) & (root >= 0))
+    starts[0] = (walked[row], root[byte], first[row, byte])
     src, node, cur = (np.concatenate(p) for p in zip(*starts))
     parts, total = [], sum(len(b[0]) for b in blocks.values())
     while len(src):
@@ -309,6 +311,14 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
         return empty, empty, empty, blocks
     src, tok, dst = (np.concatenate(p) for p in zip(*parts))
     return src, tok, dst, blocks
+
+
+def _root_children(trie: _Trie) -> np.ndarray:
+    """The trie node each byte leads to from the root (-1 where no token starts with it)."""
+    out = np.full(256, -1, dtype=np.int32)
+    children = trie.child[trie.coff[0]:trie.coff[1]]
+    out[trie.byte[children]] = children
+    return out
 
 
 def token_row(trans: np.ndarray, trie: _Trie, state: int,

@@ -64,21 +64,27 @@ def _single_steps(trans: np.ndarray, single_bytes: np.ndarray, symbols: list[tup
 
 
 _PREFERENCE = np.array([0x20, *(b for b in range(256) if b != 0x20)])  # space first: long space tokens
+SHORTCUTS = 3  # distinct next states per state whose shortest-path tokens are walked
 
 
 def _shortest_path_table(trans: np.ndarray, steps: np.ndarray) -> np.ndarray:
     """The byte DFA cut down to one byte per (state, next state) on a shortest byte path to
-    acceptance (a space where it is one, else the lowest byte), so walking the trie through it
-    finds the tokens that spell shortest completions without visiting the whole vocabulary."""
+    acceptance (a space where it is one, else the lowest byte), for up to SHORTCUTS next states per
+    state, so walking the trie through it finds the tokens that spell shortest completions
+    without visiting the whole vocabulary."""
     n = trans.shape[0] - 1
     nxt = trans[:n][:, _PREFERENCE]
     good = np.append(steps, UNREACHABLE)[nxt] == (steps - 1)[:, None]
-    space = good[:, 0]
-    good[:, 1:] &= ~(space[:, None] & (nxt[:, 1:] == nxt[:, :1]))  # the space stands for its next state
-    row, col = np.nonzero(good)
-    _, first = np.unique(row.astype(np.int64) * (n + 1) + nxt[row, col], return_index=True)
     out = np.full_like(trans, n)
-    out[row[first], _PREFERENCE[col[first]]] = nxt[row[first], col[first]]
+    rows = np.arange(n)
+    for _ in range(SHORTCUTS):
+        col = good.argmax(axis=1)
+        has = good[rows, col]
+        if not has.any():
+            break
+        r, c = rows[has], col[has]
+        out[r, _PREFERENCE[c]] = nxt[r, c]
+        good[has] &= nxt[has] != nxt[r, c][:, None]  # that next state is taken
     return out
 
 
