@@ -100,6 +100,7 @@ class LazyAutomaton(TokenAutomaton):
         self.key = key
         self._extra = ((macro[0].encode(), macro[1]),) if macro else ()
         self._macro_id = macro[1] if macro else None
+        self._caps: dict[int, int] = {}  # state -> target_cap, asked at every mask
 
     @property
     def bound(self) -> np.ndarray:
@@ -113,6 +114,12 @@ class LazyAutomaton(TokenAutomaton):
         """``state``'s tokens (unsorted) and the state each leads to, found on first use."""
         return ROWS.get_or_build((self.key, state),
                                  lambda: token_row(self.trans, vocabulary_trie(self.vocab), state, self._extra))
+
+    def target_cap(self, state: int) -> int:
+        cap = self._caps.get(state)
+        if cap is None:
+            cap = self._caps[state] = super().target_cap(state)
+        return cap
 
     def next_state(self, state: int, token: int) -> int:
         """The state after ``token``, or -1 when the token is not allowed."""
