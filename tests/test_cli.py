@@ -140,7 +140,7 @@ def test_user_mistakes_are_one_line_errors(capsys, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     odd = tmp_path / "odd.json"
-    odd.write_text('{"type": "object", "properties": {"a": {"not": {"type": "string"}}}}')
+    odd.write_text('{"type": "object", "properties": {"a": {"type": "string", "not": {"pattern": "^x"}}}}')
     cases = [
         (["run", "--tools", str(bad), "x"], "not JSON"),
         (["run", "--tools", str(tmp_path / "missing.json"), "x"], "cannot read"),
