@@ -22,7 +22,8 @@ class Constraint(Protocol):
 
     @property
     def min_tokens(self) -> int:
-        """The fewest tokens of any complete output (end-of-sequence not counted)."""
+        """The tokens of the shortest complete output the masks guide to (end-of-sequence not
+        counted): the true minimum, or a bound a little above it for lazy JSON grammars."""
 
     def fits(self, max_tokens: int) -> bool:
         """Some complete output has at most ``max_tokens`` tokens."""
