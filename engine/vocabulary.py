@@ -125,9 +125,14 @@ class Vocab:
         return tuple(out)
 
     @cached_property
-    def single_bytes(self) -> np.ndarray:
-        """The byte values that are tokens by themselves."""
-        return np.array(sorted({b[0] for b in self.token_bytes if b is not None and len(b) == 1}), dtype=np.int64)
+    def byte_tokens(self) -> np.ndarray:
+        """The token of each byte value on its own (its lowest id; -1 where the vocabulary has none)."""
+        out = np.full(256, -1, dtype=np.int64)
+        for i in reversed(range(len(self.token_bytes))):
+            b = self.token_bytes[i]
+            if b is not None and len(b) == 1:
+                out[b[0]] = i
+        return out
 
     def token_text(self, token: int) -> bytes | None:
         """``texts[token]``, None for ids outside the vocabulary."""

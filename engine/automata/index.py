@@ -152,16 +152,20 @@ def _run_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray
     raw strings), then the bytes alone (patterns such as ``[a-z0-9_]*``)."""
     loops = trans[states, :128] == states[:, None]
     many = loops.sum(axis=1) >= MIN_RUN_BYTES
-    wide, loops = states[many], loops[many]
-    if not len(wide):
+    return _classes_by_bytes(states[many], loops[many])
+
+
+def _classes_by_bytes(states: np.ndarray, inside: np.ndarray) -> list[tuple[np.ndarray, list[str]]]:
+    """``states`` grouped by their (len(states), 128) rows of ASCII bytes ``inside``, each group
+    with the character classes to try: the bytes plus every non-ASCII character, then the bytes alone."""
+    if not len(states):
         return []
-    keys, inverse = np.unique(np.packbits(loops, axis=1), axis=0, return_inverse=True)
+    keys, inverse = np.unique(np.packbits(inside, axis=1), axis=0, return_inverse=True)
     out = []
     for g in range(len(keys)):
-        inside = np.flatnonzero(np.unpackbits(keys[g])[:128])
-        outside = np.setdiff1d(np.arange(128), inside)
-        out.append((wide[inverse.reshape(-1) == g],
-                    [f"[^{_hex(outside)}{SPECIAL_CLASS}]", f"[{_hex(inside)}]"]))
+        ins = np.flatnonzero(np.unpackbits(keys[g])[:128])
+        outside = np.setdiff1d(np.arange(128), ins)
+        out.append((states[inverse.reshape(-1) == g], [f"[^{_hex(outside)}{SPECIAL_CLASS}]", f"[{_hex(ins)}]"]))
     return out
 
 
@@ -181,18 +185,9 @@ def _chain_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarr
     for i in range(1, 128):
         length[:, i] = np.where(ordered[:, i] == ordered[:, i - 1], length[:, i - 1] + 1, 1)
     many = length.max(axis=1) >= MIN_RUN_BYTES
-    if not many.any():
-        return []
     states, rows, ordered, length = states[many], rows[many], ordered[many], length[many]
     main = ordered[np.arange(len(states)), length.argmax(axis=1)]
-    inside = rows == main[:, None]
-    keys, inverse = np.unique(np.packbits(inside, axis=1), axis=0, return_inverse=True)
-    out = []
-    for g in range(len(keys)):
-        ins = np.flatnonzero(np.unpackbits(keys[g])[:128])
-        outside = np.setdiff1d(np.arange(128), ins)
-        out.append((states[inverse.reshape(-1) == g], [f"[^{_hex(outside)}{SPECIAL_CLASS}]", f"[{_hex(ins)}]"]))
-    return out
+    return _classes_by_bytes(states, rows == main[:, None])
 
 
 def _chain_maps(trans: np.ndarray, run: _Run, state: int) -> np.ndarray | None:
@@ -254,7 +249,7 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
     if states is None:
         states = np.arange(n, dtype=np.int32)
     blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    starts = [(states, np.zeros(len(states), dtype=np.int32), states)]
+    starts = []  # (state, trie node, DFA state) where the trie walk begins
     for group, classes in _run_classes(trans, states):
         for char_class in classes:
             run = _run_for(trie, char_class)
@@ -286,7 +281,7 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
     # the first byte from the table's rows, not from the root's 256 children for every state
     first, root = trans[walked], _root_children(trie)
     row, byte = np.nonzero((first != n) & (root >= 0))
-    starts[0] = (walked[row], root[byte], first[row, byte])
+    starts.append((walked[row], root[byte], first[row, byte]))
     src, node, cur = (np.concatenate(p) for p in zip(*starts))
     parts, total = [], sum(len(b[0]) for b in blocks.values())
     while len(src):

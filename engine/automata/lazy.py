@@ -31,7 +31,7 @@ def lazy_tables(regex: str, vocab: Vocab, macro: tuple[str, int] | None = None
     trans, final = byte_dfa(regex)
     n = len(final)
     symbols = [(ch.encode(), i) for i, ch in vocab.symbols.items()] + ([(macro[0].encode(), macro[1])] if macro else [])
-    src, dst = _single_steps(trans, vocab.single_bytes, symbols)
+    src, dst = _single_steps(trans, np.flatnonzero(vocab.byte_tokens >= 0), symbols)
     steps = bfs(dst, src, np.flatnonzero(final), n)
     if steps[0] >= UNREACHABLE:
         raise CompileError("the regex accepts no string this vocabulary can produce")

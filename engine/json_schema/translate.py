@@ -294,7 +294,8 @@ class _Translator:
         gone = {excluded} if isinstance(excluded, str) else set(excluded) if isinstance(excluded, list) else None
         if not gone or not gone <= set(ALL_TYPES):
             raise SchemaError(f"unknown type {excluded!r}", pointer=_ptr(p, "not"), keyword="type")
-        allowed = set(self.types(s, p)) | ({"integer"} if "number" in self.types(s, p) else set())
+        types = self.types(s, p)
+        allowed = set(types) | ({"integer"} if "number" in types else set())
         if "number" in gone:
             gone.add("integer")
         elif "integer" in gone and "number" in allowed:
@@ -380,7 +381,7 @@ class _Translator:
         """Overlapping oneOf as each branch without the others (``not`` of their anyOf), when
         every such ``not`` can be written exactly (branches told apart by required keys, say);
         None otherwise."""
-        strict, unenforced = self.o.strict, list(self.unenforced)
+        strict = self.o.strict
         self.o.strict = True  # a `not` that cannot be written exactly fails the rewrite, not the schema
         try:
             parts = []
@@ -395,7 +396,7 @@ class _Translator:
         except SchemaError:
             return None
         finally:
-            self.o.strict, self.unenforced = strict, unenforced
+            self.o.strict = strict
 
     def disjoint(self, branches: list, p: str) -> bool:
         """True when the branches provably match different JSON types or different constants."""

@@ -23,7 +23,6 @@ from .calls import INDEX_MARK, CallSpec
 PROGRESS_FROM = 20  # argument pieces; fewer compile in well under a second
 LITERALS = Cache("literal automata", 64 << 20, lambda a: a.nbytes)
 SORTED_TOKENS = Cache("sorted token bytes", 8, per_vocabulary=True)  # by vocabulary: (token bytes sorted, their ids)
-BYTE_TOKENS = Cache("single-byte tokens", 8, per_vocabulary=True)  # by vocabulary: the token of each byte value
 FIRST_BYTES = Cache("first bytes", 4096)  # by automaton key: first bytes of the initial state's tokens
 LONGEST = Cache("longest token", 8, per_vocabulary=True)  # by vocabulary: the longest token in bytes
 
@@ -81,12 +80,6 @@ def _prefixed(vocab: Vocab, prefix: bytes) -> list[tuple[bytes, int]]:
         if len(keys[j]) > len(prefix):
             out.append((keys[j], ids[j]))
     return out
-
-
-def _byte_tokens(vocab: Vocab) -> list[int]:
-    """The single-byte token of each byte value (-1 where the vocabulary has none)."""
-    return BYTE_TOKENS.get_or_build(
-        vocab.fingerprint, lambda: [vocab.outlines_map.get(bytes([b]), [-1])[0] for b in range(256)])
 
 
 def _first_bytes(a: TokenAutomaton, vocab: Vocab) -> set[int]:
@@ -185,7 +178,7 @@ class PieceStore:
         if candidates:
             nxt = self.piece(ti, p + 1, k)
             first = _first_bytes(nxt, self.vocab)
-            single = _byte_tokens(self.vocab)
+            single = self.vocab.byte_tokens.tolist()
             for b, t in candidates:
                 if b[len(suffix)] not in first:
                     continue
