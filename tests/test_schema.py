@@ -67,7 +67,7 @@ def test_number_ranges_never_admit_outside_values(lo, hi, lo_ex, hi_ex, samples)
 
 @pytest.mark.parametrize("schema,keyword,pointer", [
     ({"type": "string", "not": {"pattern": "^a"}}, "not", "#"),
-    ({"type": "object", "properties": {"a": {"type": "string", "format": "hostname-idn"}}}, "format", "#/properties/a"),
+    ({"type": "object", "properties": {"a": {"type": "string", "format": "idn-hostname"}}}, "format", "#/properties/a"),
     ({"type": "array", "contains": {"type": "integer"}}, "contains", "#"),
     ({"type": "array", "uniqueItems": True, "minItems": 2}, "uniqueItems", "#"),
     ({"$ref": "#/$defs/missing"}, "$ref", "#"),
@@ -76,7 +76,7 @@ def test_number_ranges_never_admit_outside_values(lo, hi, lo_ex, hi_ex, samples)
     ({"type": "object", "properties": {"x": {"type": "integer", "multipleOf": 7}}}, "multipleOf", "#/properties/x"),
     ({"type": "object", "properties": {"a": False}, "required": ["a"]}, "false", "#/properties/a"),
     ({"$ref": "https://example.com/schema.json"}, "$ref", "#"),
-    ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "oneOf", "#"),
+    ({"oneOf": [{"type": "string"}, {"type": "string", "pattern": "^a"}]}, "oneOf", "#"),
 ])
 def test_strict_refusals_name_keyword_and_pointer(schema, keyword, pointer):
     with pytest.raises(SchemaError) as e:
@@ -156,6 +156,14 @@ NOT_CASES = [
      [{"a": 1}, {"a": 1, "b": 2}]),
     ({"allOf": [{"not": {"type": "string"}}, {"not": {"type": "null"}}]}, ["a", None, 1, True]),
     ({"type": "object", "not": {"required": ["k"]}}, [{}, {"k": 1}]),
+    ({"not": {"minLength": 2}}, ["", "a", "ab", "abc", 1, None]),
+    ({"not": {"type": "string", "maxLength": 2}}, ["", "ab", "abc", 1, None, [], {}]),
+    ({"type": "string", "not": {"minLength": 1, "maxLength": 3}}, ["", "a", "abc", "abcd"]),
+    ({"allOf": [{"type": "string", "minLength": 3}, {"not": {"type": "string", "minLength": 5, "maxLength": 3}},
+                {"not": {"type": "string", "maxLength": 0}}, {"maxLength": 3}]}, ["", "ab", "abc", "abcd"]),
+    ({"allOf": [{"enum": [1, True, "x"]}, {"not": {"enum": [True]}}]}, [1, True, "x", 2]),
+    ({"allOf": [{"enum": [{"foo": "bar", "fooooo": 2}, {"foo": "bar"}]},
+                {"not": {"patternProperties": {"f.*o": {"type": "integer"}}}}]}, [{"foo": "bar", "fooooo": 2}, {"foo": "bar"}]),
 ]
 
 
@@ -181,6 +189,21 @@ ONE_OF_CASES = [
     ({"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "required": ["a"],
       "oneOf": [{"required": ["b"]}, {"required": ["c"]}]}, [{"a": 1, "b": 1}, {"a": 1, "c": 1}, {"a": 1, "b": 1, "c": 1}, {"a": 1}]),
     ({"$defs": {"s": {"type": "string"}}, "oneOf": [{"$ref": "#/$defs/s"}, {"type": "integer"}]}, ["x", 1, None]),
+    # told apart by the constants of a key both require (the base requires it)
+    ({"type": "object", "required": ["kind"], "properties": {"kind": {"type": "string"}, "n": {}},
+      "oneOf": [{"properties": {"kind": {"enum": ["a"]}, "n": {"type": "string"}}},
+                {"properties": {"kind": {"enum": ["b", "c"]}, "n": {"type": "boolean"}}}]},
+     [{"kind": "a", "n": "x"}, {"kind": "b", "n": True}, {"kind": "a", "n": True}, {"kind": "d"}, {}]),
+    # told apart by a key one requires and the other's closed key set leaves out
+    ({"oneOf": [{"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False, "required": ["a"]},
+                {"type": "object", "properties": {"a": {}, "c": {}}, "required": ["c"]}]},
+     [{"a": 1}, {"a": 1, "b": 2}, {"c": 1}, {"a": 1, "c": 1}, {"b": 1}, {}]),
+    # a branch's type beside a reference, an enum against a type
+    ({"$defs": {"o": {"type": "object"}}, "oneOf": [{"type": "object", "$ref": "#/$defs/o"}, {"type": "array"}]},
+     [{}, [], 1]),
+    ({"oneOf": [{"type": "boolean"}, {"type": "string", "enum": ["table", "inline"]}]}, [True, "table", "x", 1]),
+    ({"oneOf": [{"enum": [1, 2]}, {"const": 1.0}]}, [1, 1.0, 2, 3]),  # 1 and 1.0 are one value: only 2
+    ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, ["", "abc", "abcd", 1]),  # one value, both branches: never written
 ]
 
 
@@ -193,6 +216,38 @@ def test_overlapping_one_of_as_each_branch_without_the_others(schema, instances)
     for value in instances:
         text = json.dumps(value, separators=(",", ":"))
         assert (rx.fullmatch(text) is not None) == jsonschema.Draft202012Validator(schema).is_valid(value), text
+
+
+ANNOTATION_AND_LENGTH_CASES = [
+    ({"type": "string", "format": "path"}, ["", "a/b", 1]),  # a format no validator knows: an annotation
+    ({"type": "string", "format": "byte"}, ["", "QUJD", "QUI=", "QQ==", "QUJ", "Q===", "QU I="]),
+    ({"type": "string", "maxLength": 12, "pattern": "^[a-zA-Z0-9_.]+$"}, ["", "a", "a" * 12, "a" * 13, "a b"]),
+    ({"type": "string", "minLength": 4, "maxLength": 5, "pattern": "^ab[0-9]*$"},
+     ["ab", "ab1", "ab12", "ab123", "ab1234", "abx1"]),
+    ({"type": "object", "properties": {"k": {"type": "object", "enum": ["A", "B"]}, "n": {"type": "integer"}}},
+     [{}, {"n": 1}, {"k": "A"}, {"k": {}}]),  # no enum value is an object: k is never written
+]
+
+
+@pytest.mark.parametrize("schema,instances", ANNOTATION_AND_LENGTH_CASES)
+def test_unknown_formats_pattern_lengths_and_empty_enums_agree_with_jsonschema(schema, instances):
+    """An unknown format is an annotation; OpenAPI's ``byte`` is base64; length bounds fold into an
+    anchored pattern of one repeated class; an enum no value of which fits drops its optional key."""
+    rx = re.compile(python_spelling(schema_to_regex(schema).regex), re.DOTALL)
+    checker = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    for value in instances:
+        text = json.dumps(value, separators=(",", ":"))
+        expected = checker.is_valid(value)
+        if schema.get("format") == "byte" and isinstance(value, str):  # jsonschema does not know it
+            expected = bool(re.fullmatch(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?", value))
+        assert (rx.fullmatch(text) is not None) == expected, text
+
+
+def test_length_bounds_beside_other_patterns_are_still_refused():
+    with pytest.raises(SchemaError, match="pattern"):
+        schema_to_regex({"type": "string", "maxLength": 32, "pattern": "^(\\d+\\.\\d+.*)$"})
+    with pytest.raises(SchemaError, match="pattern"):
+        schema_to_regex({"type": "string", "maxLength": 3, "pattern": "ab"})
 
 
 KEYS = ["a", "b", "c"]

@@ -49,7 +49,14 @@ STRING_FORMATS = {
     "email": r'"[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){1,4}"',
     "hostname": r'"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,8}"',
     "uri": r'"[A-Za-z][A-Za-z0-9+.-]{0,15}:[A-Za-z0-9\-._~:/?#\[\]@!$&\x27()*+,;=%]{1,200}"',
+    "byte": r'"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"',  # OpenAPI: base64
 }
+# Formats a validator may assert (JSON Schema's, earlier drafts', OpenAPI's); any other name is
+# an annotation: validators ignore it, so any string is valid.
+ASSERTED_FORMATS = set(STRING_FORMATS) | {"host-name", "ip-address", "color", "utc-millisec",
+    "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname", "ipv4",
+    "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template", "json-pointer",
+    "relative-json-pointer", "regex", "int32", "int64", "float", "double", "byte"}
 
 MAX_ENUM = 10_000  # an enum's values become one alternation in the regex
 MAX_EXPANSION = 4_000_000  # characters all $ref expansions may produce (an automaton takes 2 M at most)
@@ -127,7 +134,8 @@ class _Translator:
         if "$ref" in s:
             return self.ref(s, p)
         if "allOf" in s:
-            return self.value(self.merge_all_of(s, p), p)
+            finite = self.finite_values(s, p)
+            return finite if finite is not None else self.value(self.merge_all_of(s, p), p)
         if "anyOf" in s or "oneOf" in s:
             return self.choice(s, p)
         if "not" in s:
@@ -193,6 +201,30 @@ class _Translator:
             raise SchemaError(f"expanding the references gives a regex over {MAX_EXPANSION} characters",
                               pointer=p, keyword="$ref")
         return out
+
+    def finite_values(self, s: dict, p: str) -> str | None:
+        """When ``s`` or a branch of its allOf lists its values (const or enum), the listed values
+        that the validator finds valid against all of ``s``, written as JSON: exact whatever the
+        other branches say. None when no branch lists values or the validator cannot read ``s``."""
+        listed = None
+        for sub in [s, *(s["allOf"] if isinstance(s["allOf"], list) else [])]:
+            while isinstance(sub, dict) and set(sub) - ANNOTATIONS == {"$ref"}:
+                sub = self.value_target(sub["$ref"], p)
+            if isinstance(sub, dict) and "const" in sub:
+                listed = [sub["const"]]
+            elif isinstance(sub, dict) and isinstance(sub.get("enum"), list) and 0 < len(sub["enum"]) <= MAX_ENUM:
+                listed = sub["enum"]
+            if listed is not None:
+                break
+        if listed is None:
+            return None
+        verdicts = [_check(v, s, self.root) for v in listed]
+        if None in verdicts:
+            return None
+        keep = [v for v, ok in zip(listed, verdicts) if ok]
+        if not keep:
+            raise Unsatisfiable("no listed value satisfies the rest of the schema", pointer=p, keyword="allOf")
+        return alternation([_json_literal(v) for v in keep])
 
     def merge_all_of(self, s: dict, p: str) -> dict:
         subs = s["allOf"]
@@ -260,8 +292,8 @@ class _Translator:
     def fold_not(self, s: dict, p: str) -> dict:
         """``s`` with its ``not`` written as keywords the mask enforces, where that is exact: a
         schema that accepts everything (then nothing fits), excluded types, forbidden keys
-        (``required`` of keys the object may leave out), a double negation, and ``anyOf`` of
-        these (each excluded in turn). Anything else is skipped."""
+        (``required`` of keys the object may leave out), a string length range, a double
+        negation, and ``anyOf`` of these (each excluded in turn). Anything else is skipped."""
         rest = {k: v for k, v in s.items() if k != "not"}
         pn = _ptr(p, "not")
         negated, also = [s["not"]], []
@@ -286,9 +318,29 @@ class _Translator:
                 rest = self.exclude_types(rest, n["type"], p)
             elif (names := _required_names(n)) is not None:
                 rest = self.forbid_keys(rest, names, p)
+            elif set(n) <= {"type", "minLength", "maxLength"} and n.get("type", "string") == "string":
+                outside = self.outside_lengths(n, p)
+                if outside is not None:
+                    also.append(outside)
             else:
                 self.skip(p, "not", "this 'not' cannot be expressed by the token mask")
         return {"allOf": [rest, *also]} if also else rest
+
+    def outside_lengths(self, n: dict, p: str) -> dict | None:
+        """``not`` of a string length range: the strings outside it, and every other type when
+        ``n`` is typed (an untyped length bound passes any non-string). None: ``n`` accepts nothing."""
+        lo, hi = self.bound(n, p, "minLength") or 0, self.bound(n, p, "maxLength")
+        if hi is not None and lo > hi:
+            return None
+        out = [{"type": [t for t in ALL_TYPES if t not in ("string", "integer")]}] if "type" in n else []
+        if lo > 0:
+            out.append({"type": "string", "maxLength": lo - 1})
+        if hi is not None:
+            out.append({"type": "string", "minLength": hi + 1})
+        if not out:
+            raise Unsatisfiable("'not' of a schema that accepts every string and every other value",
+                                pointer=p, keyword="not")
+        return {"anyOf": out}
 
     def exclude_types(self, s: dict, excluded: Any, p: str) -> dict:
         gone = {excluded} if isinstance(excluded, str) else set(excluded) if isinstance(excluded, list) else None
@@ -370,7 +422,7 @@ class _Translator:
                 raise
         if not parts:
             raise SchemaError("no branch can be satisfied", pointer=p, keyword=kw)
-        if kw == "oneOf" and len(parts) > 1 and not self.disjoint(branches, p):
+        if kw == "oneOf" and len(parts) > 1 and not self.disjoint(branches, p, base):
             exclusive = self.exclusive(base, branches, p)
             if exclusive is not None:
                 return exclusive
@@ -398,41 +450,72 @@ class _Translator:
         finally:
             self.o.strict = strict
 
-    def disjoint(self, branches: list, p: str) -> bool:
-        """True when the branches provably match different JSON types or different constants."""
-        seen: list[set] = []
-        for b in branches:
-            for _ in range(16):  # a branch that is a reference: look at what it names
-                if not (isinstance(b, dict) and "$ref" in b and set(b) - ANNOTATIONS == {"$ref"}):
-                    break
-                b = self.value_target(b["$ref"], p)
-            if isinstance(b, dict):
-                b = {k: v for k, v in b.items() if k not in ANNOTATIONS}
-            if not isinstance(b, dict):
-                return False
-            if "const" in b:
-                kinds = {("const", json.dumps(b["const"], sort_keys=True))}
-            elif "enum" in b and isinstance(b["enum"], list):
-                kinds = {("const", json.dumps(v, sort_keys=True)) for v in b["enum"]}
-            elif isinstance(b.get("type"), (str, list)) and not any(k in b for k in ("$ref", "anyOf", "oneOf", "allOf")):
-                ts = [b["type"]] if isinstance(b["type"], str) else b["type"]
-                kinds = {("type", "number" if t == "integer" else t) for t in ts}
-            else:
-                return False
-            for other in seen:
-                if kinds & other:
+    def disjoint(self, branches: list, p: str, base: dict | None = None) -> bool:
+        """True when no instance can match two of the branches (each taken with ``base``): they
+        provably match different JSON types or constants, or they are objects told apart by a key
+        one requires and the other forbids, or by a key both require whose constants differ."""
+        facts = [self.branch_facts(b, p, base or {}) for b in branches]
+        if any(f is None for f in facts):
+            return False
+        for i, a in enumerate(facts):
+            for b in facts[:i]:
+                if not (_values_apart(a, b) or _objects_apart(a, b)):
                     return False
-                if any(k[0] != o[0] for k in kinds for o in other):
-                    return False
-            seen.append(kinds)
         return True
+
+    def resolved(self, b: Any, p: str) -> Any:
+        """``b`` with references followed: a reference's siblings only narrow what it names (or
+        are ignored, in drafts before 2019-09), so what it names is a sound stand-in for proofs
+        that branches are apart."""
+        for _ in range(16):
+            if not (isinstance(b, dict) and "$ref" in b):
+                break
+            b = self.value_target(b["$ref"], p)
+        return {k: v for k, v in b.items() if k not in ANNOTATIONS} if isinstance(b, dict) else b
+
+    def branch_facts(self, b: Any, p: str, base: dict) -> dict | None:
+        """What a proof of disjointness reads from a branch: its kinds (constants or types) and,
+        for object-only branches, the keys it requires, its closed key sets, and constants of keys."""
+        b = self.resolved(b, p)
+        if not isinstance(b, dict):
+            return None
+        consts = None
+        if "const" in b:
+            consts = [b["const"]]
+        elif isinstance(b.get("enum"), list):
+            consts = b["enum"]
+        types = None
+        if isinstance(b.get("type"), (str, list)):
+            ts = [b["type"]] if isinstance(b["type"], str) else b["type"]
+            types = {"number" if t == "integer" else t for t in ts}
+        if consts is not None:
+            types = {_json_type(v) for v in consts} & (types if types is not None else set(ALL_TYPES))
+            consts = {_const_key(v) for v in consts}
+        parts = [x for x in (self.resolved(base, p), b) if isinstance(x, dict)]
+        objects = any(x.get("type") == "object" for x in parts)
+        required, allowed, values = set(), set(), {}
+        for x in parts:
+            if isinstance(x.get("required"), list):
+                required |= set(x["required"])
+            props = x.get("properties") if isinstance(x.get("properties"), dict) else {}
+            if x.get("additionalProperties") is False and not x.get("patternProperties"):
+                allowed.add(frozenset(props))  # a closed key set
+            for k, v in props.items():
+                v = self.resolved(v, p)
+                if isinstance(v, dict) and "const" in v:
+                    values.setdefault(k, []).append({_const_key(v["const"])})
+                elif isinstance(v, dict) and isinstance(v.get("enum"), list):
+                    values.setdefault(k, []).append({_const_key(e) for e in v["enum"]})
+        if types is None and not objects:
+            return None
+        return {"types": types, "consts": consts, "objects": objects, "required": required, "allowed": allowed, "values": values}
 
     def literal(self, values: list, s: dict, p: str, kw: str) -> str:
         """The listed values that also satisfy the sibling keywords, written as JSON."""
         rest = {k: v for k, v in s.items() if k not in ("enum", "const")}
         keep = [v for v in values if not rest or _valid(v, rest, self.root)]
-        if not keep:
-            raise SchemaError(f"no {kw} value satisfies the rest of the schema", pointer=p, keyword=kw)
+        if not keep:  # the schema accepts nothing: an optional property that has it is never written
+            raise Unsatisfiable(f"no {kw} value satisfies the rest of the schema", pointer=p, keyword=kw)
         return alternation([_json_literal(v) for v in keep])
 
     def any_value(self, depth: int, p: str) -> str:
@@ -471,8 +554,9 @@ class _Translator:
     def string(self, s: dict, p: str) -> str:
         lo, hi = self.repeat(s, p, "minLength", "maxLength", self.o.max_length)
         if "pattern" in s:
-            body = self.pattern(s["pattern"], _ptr(p, "pattern"))
-            if lo or hi is not None:
+            body = self.pattern(s["pattern"], _ptr(p, "pattern"), lo, hi)
+            if body is None:
+                body = self.pattern(s["pattern"], _ptr(p, "pattern"))
                 self.skip(p, "minLength" if lo else "maxLength", "length bounds beside a pattern are not enforced")
             return f'"{body}"'
         fmt = s.get("format")
@@ -481,14 +565,17 @@ class _Translator:
                 if lo or hi is not None:
                     self.skip(p, "maxLength", "length bounds beside a format are not enforced")
                 return STRING_FORMATS[fmt]
-            self.skip(p, "format", f"format {fmt!r} is not enforced")
+            if fmt in ASSERTED_FORMATS:
+                self.skip(p, "format", f"format {fmt!r} is not enforced")
         if hi is None:
             count = "*" if lo == 0 else f"{{{lo},}}"
         else:
             count = f"{{{lo},{hi}}}"
         return f'"{STRING_CHAR}{count}"'
 
-    def pattern(self, pattern: Any, p: str) -> str:
+    def pattern(self, pattern: Any, p: str, lo: int = 0, hi: int | None = None) -> str | None:
+        """The pattern over JSON string characters; with length bounds, None unless they can be
+        written into it (see _counted_items)."""
         if not isinstance(pattern, str):
             raise SchemaError("pattern must be a string", pointer=p, keyword="pattern")
         try:
@@ -502,6 +589,12 @@ class _Translator:
             items = items[1:]
         if anchored_end:
             items = items[:-1]
+        if lo or hi is not None:
+            if not (anchored_start and anchored_end):
+                return None
+            items = _counted_items(items, lo, hi, p)
+            if items is None:
+                return None
         body = PatternRegex(pattern, p).seq(items)
         free = STRING_CHAR + "*"
         return (free if not anchored_start else "") + body + (free if not anchored_end else "")
@@ -732,6 +825,85 @@ class _Translator:
         return rf"\{{{ws}{body}{ws}\}}"
 
 
+def _const_key(v: Any) -> str:
+    """A JSON value's text with numbers of equal value spelled alike (1 and 1.0 are one value)."""
+    def norm(x):
+        if isinstance(x, float) and x.is_integer():
+            return int(x)
+        if isinstance(x, dict):
+            return {k: norm(y) for k, y in x.items()}
+        if isinstance(x, list):
+            return [norm(y) for y in x]
+        return x
+    return json.dumps(norm(v), sort_keys=True)
+
+
+def _json_type(v: Any) -> str:
+    """A JSON value's type, integers counted as numbers."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}[type(v)]
+
+
+def _values_apart(a: dict, b: dict) -> bool:
+    """Branches whose types, or whose constants, do not meet."""
+    if a["types"] is not None and b["types"] is not None and not (a["types"] & b["types"]):
+        return True
+    return a["consts"] is not None and b["consts"] is not None and not (a["consts"] & b["consts"])
+
+
+def _objects_apart(a: dict, b: dict) -> bool:
+    """Two object-only branches no object matches both of: one requires a key the other's closed
+    key set leaves out, or both require a key whose allowed constants do not meet."""
+    if not (a["objects"] and b["objects"]):
+        return False
+    for x, y in ((a, b), (b, a)):
+        if any(k not in keys for k in x["required"] for keys in y["allowed"]):
+            return True
+    for k in a["required"] & b["required"]:
+        for va in a["values"].get(k, []):
+            if any(not (va & vb) for vb in b["values"].get(k, [])):
+                return True
+    return False
+
+
+_ONE_CHAR = {sre_constants.LITERAL, sre_constants.NOT_LITERAL, sre_constants.ANY, sre_constants.IN}
+_REPEATS = {sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT, getattr(sre_constants, "POSSESSIVE_REPEAT", None)}
+
+
+def _counted_items(items: list, lo: int, hi: int | None, p: str) -> list | None:
+    """An anchored pattern of one-character items and at most one repeat of one character (like
+    ``^[a-z0-9_]+$``) with minLength/maxLength folded into that repeat's counts; None for other
+    shapes, whose lengths the regex cannot count."""
+    flat = []
+    for op, av in items:
+        while op == sre_constants.SUBPATTERN and len(av[-1]) == 1:
+            op, av = list(av[-1])[0]
+        flat.append((op, av))
+    repeats = [i for i, (op, _) in enumerate(flat) if op in _REPEATS]
+    fixed = len(flat) - len(repeats)
+    if len(repeats) > 1 or any(op not in _ONE_CHAR for i, (op, _) in enumerate(flat) if i not in repeats):
+        return None
+    if not repeats:
+        if fixed < lo or (hi is not None and fixed > hi):
+            raise Unsatisfiable("the pattern's length lies outside minLength/maxLength", pointer=p, keyword="maxLength")
+        return flat
+    i = repeats[0]
+    rlo, rhi, inner = flat[i][1]
+    if len(inner) != 1 or list(inner)[0][0] not in _ONE_CHAR:
+        return None
+    new_lo = max(rlo, lo - fixed)
+    new_hi = rhi if hi is None else min(rhi, hi - fixed)
+    if new_lo > new_hi:
+        raise Unsatisfiable("the pattern's length lies outside minLength/maxLength", pointer=p, keyword="maxLength")
+    flat[i] = (flat[i][0], (new_lo, new_hi, inner))
+    return flat
+
+
 class Unsatisfiable(SchemaError):
     """No JSON value satisfies the schema at this place (a parent may drop the place instead)."""
 
@@ -792,13 +964,21 @@ def _required_names(s: dict) -> list | None:
     return None
 
 
-def _valid(value: Any, schema: dict, root: Any) -> bool:
+def _check(value: Any, schema: dict, root: Any) -> bool | None:
+    """Whether ``value`` is valid against ``schema`` (a part of ``root``, whose definitions and
+    draft it reads); None when the validator cannot read it."""
     if isinstance(root, dict):
-        schema = {**{k: root[k] for k in ("definitions", "$defs") if k in root}, **schema}
+        schema = {**{k: root[k] for k in ("definitions", "$defs", "$schema") if k in root}, **schema}
     try:
-        return jsonschema.Draft202012Validator(schema).is_valid(value)
-    except Exception:  # a sibling the validator cannot read is checked after generation instead
-        return True
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        return cls(schema).is_valid(value)
+    except Exception:
+        return None
+
+
+def _valid(value: Any, schema: dict, root: Any) -> bool:
+    # a sibling the validator cannot read is checked after generation instead
+    return _check(value, schema, root) is not False
 
 
 def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool = True,
