@@ -8,14 +8,17 @@ materialised here, and tests/test_lazy.py checks the lazy automata against the m
 
     python benchmarks/automata_digests.py --write benchmarks/automata_digests.json   # record
     python benchmarks/automata_digests.py --check benchmarks/automata_digests.json   # compare
+    python benchmarks/automata_digests.py --equal HEAD   # changed schema regexes: same language?
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -75,12 +78,67 @@ def digests() -> dict[str, str]:
     return out
 
 
+def same_language(a, b) -> bool:
+    """A product walk of two materialised token automata from their initial states: every pair
+    reached has the same tokens, the same acceptance and the same distance to acceptance."""
+    seen, todo = {(0, 0)}, [(0, 0)]
+    while todo:
+        x, y = todo.pop()
+        (ta, ga), (tb, gb) = a.row(x), b.row(y)
+        if bool(a.final[x]) != bool(b.final[y]) or a.dist[x] != b.dist[y] or not np.array_equal(ta, tb):
+            return False
+        for pair in set(zip(ga.tolist(), gb.tolist())) - seen:
+            seen.add(pair)
+            todo.append(pair)
+    return True
+
+
+def old_translator(ref: str):
+    """schema_to_regex as it was at git ``ref`` (loaded beside the current one for the run)."""
+    root = Path(__file__).resolve().parents[1]
+    text = subprocess.run(["git", "show", f"{ref}:engine/json_schema/translate.py"], cwd=root, check=True,
+                          capture_output=True, text=True).stdout
+    path = root / "engine" / "json_schema" / "_translate_at_ref.py"
+    path.write_text(text)
+    try:
+        return importlib.import_module("engine.json_schema._translate_at_ref").schema_to_regex
+    finally:
+        path.unlink()
+
+
+def equal_to(ref: str) -> int:
+    """Schema cases whose regex changed since ``ref``: compile both and walk them in product."""
+    old = old_translator(ref)
+    tok = load_tokenizer("qwen3")
+    vocab = build_vocab(tok)
+    changed = differ = 0
+    for f in sorted((SHARED / "data" / "jsonschemabench").glob("*.jsonl")):
+        rows = sorted((json.loads(line) for line in open(f)), key=lambda r: r["unique_id"])
+        for row in rows[:: max(1, len(rows) // 3)][:3]:
+            try:
+                a, b = old(row["schema"]).regex, schema_to_regex(row["schema"]).regex
+                if a == b:
+                    continue
+                changed += 1
+                same = same_language(compile_regex(a, vocab, timeout=20), compile_regex(b, vocab, timeout=20))
+            except engine.ToolgateError as e:
+                print(f"{f.stem} {row['unique_id']}: {type(e).__name__}: {str(e)[:80]} (not compared)")
+                continue
+            differ += not same
+            print(f"{f.stem} {row['unique_id']}: regex changed, language {'equal' if same else 'DIFFERS'}")
+    print(f"{changed} regexes changed since {ref}; {differ} accept a different language")
+    return 1 if differ else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", metavar="FILE")
     mode.add_argument("--check", metavar="FILE")
+    mode.add_argument("--equal", metavar="REF", help="product-check schema automata against the translator at git REF")
     args = ap.parse_args()
+    if args.equal:
+        return equal_to(args.equal)
     now = digests()
     if args.write:
         Path(args.write).write_text(json.dumps(now, indent=1, sort_keys=True) + "\n")

@@ -12,6 +12,7 @@ import mlx.core as mx
 
 from .automata import LazyAutomaton, MaskTable, compile_regex
 from .automata.builders import DEFAULT_TIMEOUT
+from .automata.compile import MAX_REGEX_CHARS
 from .caches import Cache
 from .errors import SchemaError
 from .json_schema import WHITESPACE, schema_key, schema_to_regex
@@ -135,7 +136,8 @@ def compile_json_schema(
         raise SchemaError(f"not a valid JSON schema: {e.message}", pointer=pointer, keyword=str(e.validator)) from None
 
     def build() -> Grammar:
-        t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth, max_length=MAX_LENGTH)
+        t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth, max_length=MAX_LENGTH,
+                            max_chars=MAX_REGEX_CHARS)
         return Grammar(vocab, compile_regex(t.regex, vocab, timeout=timeout, lazy=True), t.regex, schema, t.unenforced)
 
     return GRAMMARS.get_or_build(key, build)

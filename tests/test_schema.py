@@ -250,6 +250,46 @@ def test_length_bounds_beside_other_patterns_are_still_refused():
         schema_to_regex({"type": "string", "maxLength": 3, "pattern": "ab"})
 
 
+@pytest.mark.parametrize("n", range(1, 12))
+def test_member_lists_are_every_ordered_choice_and_grow_linearly(n):
+    """Object members in declared order, optional ones left out at will, commas between: the
+    regex accepts exactly those lists (checked against all 2^n choices and misplaced commas), and
+    no member is written more than three times (the earlier form wrote the k-th member k times)."""
+    import itertools
+    import random
+    from engine.json_schema.translate import _member_list
+    members = [chr(97 + i) for i in range(n)]
+    patterns = itertools.product([False, True], repeat=n) if n <= 5 else \
+        [[r.random() < 0.3 for _ in range(n)] for r in [random.Random(n)] for _ in range(12)] + [[False] * n]
+    for required in patterns:
+        regex = _member_list(members, list(required), ",")
+        assert all(regex.count(m) <= 3 for m in members), regex
+        rx = re.compile(regex)
+        for mask in itertools.product([0, 1], repeat=n):
+            text = ",".join(m for m, keep in zip(members, mask) if keep)
+            assert bool(rx.fullmatch(text)) == all(keep or not r for keep, r in zip(mask, required)), (required, text)
+        for text in (",a", "a,", "a,,b", "b,a"):
+            assert not rx.fullmatch(text)
+
+
+def test_lenient_writes_references_loosely_past_the_size_bound():
+    """A reference graph that expands past the regex bound: strict mode refuses it naming $ref;
+    lenient mode writes the deeper references as free values of their declared types, lists
+    them as unenforced, and stays within the bound."""
+    defs = {f"d{i}": {"type": "object", "properties": {f"p{j}": {"$ref": f"#/$defs/d{i + 1}"} for j in range(6)}}
+            for i in range(8)}
+    defs["d8"] = {"type": "object", "properties": {"s": {"type": "string"}}}
+    schema = {"$defs": defs, "$ref": "#/$defs/d0"}
+    with pytest.raises(SchemaError) as e:
+        schema_to_regex(schema, max_chars=200_000)
+    assert e.value.keyword == "$ref"
+    t = schema_to_regex(schema, strict=False, max_chars=200_000)
+    assert len(t.regex) <= 200_000
+    assert any(k == "$ref" for _, k in t.unenforced)
+    rx = re.compile(python_spelling(t.regex), re.DOTALL)
+    assert rx.fullmatch('{"p0":{"p1":{}}}') and not rx.fullmatch('{"p0":3}')
+
+
 KEYS = ["a", "b", "c"]
 VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=3), st.just([1]), st.just({}))
 TYPES = ["object", "array", "string", "number", "integer", "boolean", "null"]

@@ -87,6 +87,7 @@ class Options:
     max_depth: int = 3  # how deep recursive $refs and untyped values nest
     max_repeat: int = 256  # the largest bound on item counts written into the regex
     max_length: int = 256  # the largest bound on string lengths (each character a DFA state)
+    ref_budget: int | None = None  # lenient: $ref expansion characters before references are written loosely
 
 
 @dataclass
@@ -190,6 +191,10 @@ class _Translator:
         # only recursion is cut: a chain of distinct $refs is finite and expands in full
         if self.expanding.count(ref) >= self.o.max_depth:
             raise _TooDeep()
+        budget = self.o.ref_budget
+        if budget is not None and (self.expanded > budget or budget == 0):
+            self.skip(p, "$ref", "the references expand past the regex size bound")
+            return self.loose(target, p)
         self.expanding.append(ref)
         try:
             out = self.value(target, ref)
@@ -518,6 +523,21 @@ class _Translator:
             raise Unsatisfiable(f"no {kw} value satisfies the rest of the schema", pointer=p, keyword=kw)
         return alternation([_json_literal(v) for v in keep])
 
+    def loose(self, s: Any, p: str) -> str:
+        """A value of the JSON types ``s`` declares, its contents free (lenient mode: checked after
+        generation)."""
+        declared = s.get("type") if isinstance(s, dict) else None
+        types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
+        if not types or not set(types) <= set(ALL_TYPES):
+            return self.any_value(1, p)
+        free = {"string": self.string({}, p), "number": NUMBER, "integer": INTEGER, "boolean": BOOLEAN,
+                "null": NULL}
+        ws, inner = self.ws, self.any_value(0, p)
+        free["array"] = rf"\[{ws}(?:{inner}(?:{ws},{ws}{inner})*)?{ws}\]"
+        member = f'"{STRING_CHAR}*"{ws}:{ws}{inner}'
+        free["object"] = rf"\{{{ws}(?:{member}(?:{ws},{ws}{member})*)?{ws}\}}"
+        return alternation([free[t] for t in dict.fromkeys(types)])
+
     def any_value(self, depth: int, p: str) -> str:
         scalars = [self.string({}, p), NUMBER, BOOLEAN, NULL]
         if depth <= 0:
@@ -802,9 +822,8 @@ class _Translator:
             # object with dependencies writes no free-form key
             if extra is False or max_p == 0 or dependents or declared:
                 if min_p and not dependents:
-                    raise SchemaError(f"minProperties {min_p} but no property can be written", pointer=p,
-                                      keyword="minProperties")
-                if min_p:
+                    self.skip(p, "minProperties", f"minProperties {min_p} but no property can be written")
+                elif min_p:
                     self.skip(p, "dependentRequired", "free-form keys are not written beside dependencies")
                 return rf"\{{{ws}\}}"
             if min_p:
@@ -813,16 +832,32 @@ class _Translator:
             member = f'"{STRING_CHAR}*"{ws}:{ws}{value}'
             count = "*" if max_p is None else f"{{0,{max_p - 1}}}"
             return rf"\{{{ws}(?:{member}(?:{ws},{ws}{member}){count})?{ws}\}}"
-        sep = f"{ws},{ws}"
-        alts = []
-        first_required = req.index(True) if True in req else len(members)
-        for k in range(min(first_required, len(members) - 1) + 1):
-            tail = "".join(f"{sep}{m}" if r else f"(?:{sep}{m})?" for m, r in zip(members[k + 1:], req[k + 1:]))
-            alts.append(members[k] + tail)
-        body = alternation(alts)
-        if first_required == len(members):
-            body = f"(?:{body})?"
-        return rf"\{{{ws}{body}{ws}\}}"
+        return rf"\{{{ws}{_member_list(members, req, f'{ws},{ws}')}{ws}\}}"
+
+
+def _member_list(members: list[str], required: list[bool], sep: str) -> str:
+    """Members in order, the optional ones left out at will, ``sep`` between those written; each
+    member appears at most twice, so the regex grows linearly with the member count."""
+    if True in required:
+        first = required.index(True)
+        head = "".join(f"(?:{m}{sep})?" for m in members[:first])  # optional ones before: comma after
+        tail = "".join(f"{sep}{m}" if r else f"(?:{sep}{m})?" for m, r in zip(members[first + 1:], required[first + 1:]))
+        return head + members[first] + tail
+    # nonempty lists of the first k members: those of the first k-1 with M_k after, or M_k alone;
+    # done within blocks and again over blocks, so groups nest only about 2 sqrt(n) deep (the
+    # regex parser refuses deep nesting)
+    def nonempty(items: list[str]) -> str:
+        lists = items[0]
+        for m in items[1:]:
+            lists = f"(?:{lists}(?:{sep}{m})?|{m})"
+        return lists
+
+    size = max(1, math.isqrt(len(members)))
+    blocks = [members[i:i + size] for i in range(0, len(members), size)]
+    lists = nonempty(blocks[0])
+    for block in blocks[1:]:
+        lists = f"(?:{lists}{''.join(f'(?:{sep}{m})?' for m in block)}|{nonempty(block)})"
+    return f"(?:{lists})?"
 
 
 def _const_key(v: Any) -> str:
@@ -982,23 +1017,37 @@ def _valid(value: Any, schema: dict, root: Any) -> bool:
 
 
 def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool = True,
-                    max_depth: int = 3, max_repeat: int = 256, max_length: int = 256) -> Translation:
+                    max_depth: int = 3, max_repeat: int = 256, max_length: int = 256,
+                    max_chars: int | None = None) -> Translation:
     """Translate a JSON schema (dict, bool or JSON text) to a regex over JSON text.
 
     ``max_repeat`` and ``max_length`` are the largest item count and string length written into
     the regex; a larger bound is refused in strict mode and checked after generation otherwise.
+    With ``strict=False`` and ``max_chars``, references whose expansion would make the regex
+    longer are written as free values of their declared types (listed as unenforced ``$ref``).
     """
     if isinstance(schema, (str, bytes)):
         try:
             schema = json.loads(schema)
         except ValueError as e:
             raise SchemaError(f"schema is not valid JSON: {e}") from None
-    t = _Translator(schema, Options(whitespace, strict, max_depth, max_repeat, max_length))
-    try:
-        regex = t.value(schema, "#")
-    except _TooDeep:
-        raise SchemaError("recursive $ref nests deeper than max_depth at the root", keyword="$ref") from None
-    except RecursionError:
-        raise SchemaError("schema nests too deeply to translate") from None
+    # lenient mode writes references loosely once their expansion passes a budget, smaller on
+    # each try until the regex fits ``max_chars`` (the last also nests free values one level only)
+    budgets = [None] if strict else [MAX_EXPANSION // 4, MAX_EXPANSION // 64, MAX_EXPANSION // 1024, 0]
+    for budget in budgets:
+        depth = 1 if budget == 0 else max_depth
+        t = _Translator(schema, Options(whitespace, strict, depth, max_repeat, max_length, budget))
+        try:
+            regex = t.value(schema, "#")
+        except _TooDeep:
+            raise SchemaError("recursive $ref nests deeper than max_depth at the root", keyword="$ref") from None
+        except RecursionError:
+            raise SchemaError("schema nests too deeply to translate") from None
+        except SchemaError as e:
+            if e.keyword != "$ref" or "expanding" not in str(e) or budget == budgets[-1]:
+                raise
+            continue
+        if max_chars is None or len(regex) <= max_chars:
+            break
     return Translation(regex, t.unenforced)
 
