@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import mlx.core as mx
 
-from .automata import LazyAutomaton, MaskTable, compile_regex
+from .automata import MASKS, UNREACHABLE, LazyAutomaton, MaskTable, compile_regex, counters, shared_mask
 from .automata.builders import DEFAULT_TIMEOUT
 from .automata.compile import MAX_REGEX_CHARS
 from .caches import Cache
@@ -29,8 +29,16 @@ class Grammar:
     regex: str
     schema: Any = None
     unenforced: list[tuple[str, str]] = field(default_factory=list)  # (JSON pointer, keyword)
+    counters: list[int] = field(default_factory=list)  # limits of counted long strings, by marker
     _tables: dict[int, MaskTable] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _loops: dict[int, counters.Loop] = field(default_factory=dict, repr=False)
+    _near_limit: dict[tuple, bytes] = field(default_factory=dict, repr=False)  # (state, chars left, cap, width) -> mask digest
+
+    def __post_init__(self) -> None:
+        if self.counters:
+            self._loops = counters.find_loops(self.automaton.trans, self.counters)
+            self._longest = max(len(t or b"") for t in self.vocab.texts)
 
     @property
     def min_tokens(self) -> int:
@@ -44,18 +52,58 @@ class Grammar:
     # The Constraint protocol the Matcher drives (a ToolGrammar implements it too).
     initial_state = 0
 
-    def step(self, state: int, token: int, left: int) -> int | None:
-        nxt = self.automaton.next_state(state, token)
-        return None if nxt < 0 else nxt
+    # A state is the DFA state, or (DFA state, characters so far) inside a counted long string.
 
-    def is_final(self, state: int) -> bool:
-        return bool(self.automaton.final[state])
+    def step(self, state: Any, token: int, left: int) -> Any:
+        if not self._loops:
+            nxt = self.automaton.next_state(state, token)
+            return None if nxt < 0 else nxt
+        s, count = state if isinstance(state, tuple) else (state, 0)
+        text = self.vocab.token_text(token)
+        if not text:
+            return None
+        nxt, count = counters.step(self.automaton.trans, self._loops, s, count, text)
+        if nxt < 0:
+            return None
+        return (nxt, count) if count and counters.current_loop(self._loops, nxt) else nxt
 
-    def is_complete(self, state: int) -> bool:
-        return self.automaton.is_complete(state)
+    def walk(self, token_ids: list[int]) -> Any:
+        """The state after ``token_ids`` (end-of-sequence ids stop the walk), or None."""
+        state = self.initial_state
+        for t in token_ids:
+            if t in self.vocab.eos_ids:
+                break
+            state = self.step(state, t, UNREACHABLE)
+            if state is None:
+                return None
+        return state
 
-    def mask(self, state: int, left: int, width: int) -> mx.array:
-        return self.mask_table(width).mask(state, left)
+    def is_final(self, state: Any) -> bool:
+        return bool(self.automaton.final[state[0] if isinstance(state, tuple) else state])
+
+    def is_complete(self, state: Any) -> bool:
+        return self.automaton.is_complete(state[0] if isinstance(state, tuple) else state)
+
+    def mask(self, state: Any, left: int, width: int) -> mx.array:
+        if not isinstance(state, tuple):
+            return self.mask_table(width).mask(state, left)
+        s, count = state
+        loop = counters.current_loop(self._loops, s)
+        room = loop.limit - count
+        table = self.mask_table(width)
+        if room >= self._longest:  # no token holds more characters than are left
+            return table.mask(s, left)
+        key = (s, room, min(left - 1, self.automaton.target_cap(s)), width)
+        digest = self._near_limit.get(key)
+        m = MASKS.get(digest) if digest is not None else None
+        if m is None:
+            ids = table.allowed(s, left)
+            ids = ids[counters.within(self.automaton.trans, loop, s, self.vocab, ids, room)]
+            if len(ids) == 0:
+                return table.eos_only
+            digest, m = shared_mask(ids, width)
+            self._near_limit[key] = digest
+        return m
 
     def eos_mask(self, width: int) -> mx.array:
         return self.mask_table(width).eos_only
@@ -85,10 +133,10 @@ class Grammar:
         return value, errors
 
 
-# The longest string bound a JSON grammar counts in its DFA: rows are built lazily, so the cost
-# is the DFA's size (about 0.4 s to compile a 1,024-character bound here); tool arguments, whose
-# automata are materialised, keep the translator's 256.
-MAX_LENGTH = 1024
+# The longest string bound a JSON grammar counts in its DFA (16 states a character); a longer
+# maxLength on a plain string is counted beside the DFA state (automata.counters). Tool
+# arguments, whose automata are materialised, count up to the translator's 256 and refuse above.
+MAX_LENGTH = 256
 GRAMMARS = Cache("grammars", 1 << 30, lambda g: g.automaton.nbytes + len(g.regex))
 
 
@@ -137,7 +185,8 @@ def compile_json_schema(
 
     def build() -> Grammar:
         t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth, max_length=MAX_LENGTH,
-                            max_chars=MAX_REGEX_CHARS)
-        return Grammar(vocab, compile_regex(t.regex, vocab, timeout=timeout, lazy=True), t.regex, schema, t.unenforced)
+                            max_chars=MAX_REGEX_CHARS, counters=True)
+        return Grammar(vocab, compile_regex(t.regex, vocab, timeout=timeout, lazy=True), t.regex, schema, t.unenforced,
+                       t.counters)
 
     return GRAMMARS.get_or_build(key, build)

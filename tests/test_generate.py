@@ -154,3 +154,18 @@ def test_end_tokens_after_the_end_are_tolerated_others_refused(tiny_model):
     proc(mx.array(seq + [g.vocab.eos_ids[0]]), logits)
     with pytest.raises(GenerationError, match="after the output had ended"):
         proc(mx.array(seq + [g.vocab.eos_ids[0], 42]), logits)
+
+
+def test_long_string_bound_counted_beside_the_dfa(tiny_model):
+    """A maxLength above the DFA's count (counted beside the state): random sampling runs the
+    string up to the bound, where the masks must close it in time; every output valid."""
+    model, tok = tiny_model
+    schema = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 300}}, "required": ["s"]}
+    g = engine.compile_json_schema(tok, schema)
+    assert g.counters == [300]
+    lengths = []
+    for seed in range(3):
+        result = run(model, tok, schema, 400, seed)
+        check(result, schema, 400)
+        lengths.append(len(json.loads(result.text)["s"]))
+    assert max(lengths) > 250, lengths  # the runs reached the last tokens before the bound

@@ -124,18 +124,28 @@ def test_an_any_value_schema_compiles_without_materialising(qwen3_tokenizer):
 # ---- property tests: long string bounds and any-value parameters, mask against jsonschema ----
 
 CHARS = st.characters(codec="utf-8", exclude_categories=("Cs",), max_codepoint=0xDFFF)  # below the symbols
-LONG = [(5, 300), (290, 1024)]  # (minLength, maxLength)
+LONG = [(5, 300), (290, 1024), (0, 3000)]  # (minLength, maxLength); above 256 counted beside the DFA
+BIG = 1 << 30
 
 
-def _agrees(tok, grammar, schema, value):
-    """Walk ``value`` (written as the engine writes JSON) through the automaton; the verdict must
-    be jsonschema's. Text the tokenizer rewrites (NFC) is left out, as in bench_peers."""
+def _agrees(tok, grammar, schema, value, masks=False):
+    """Walk ``value`` (written as the engine writes JSON) through the grammar; the verdict must
+    be jsonschema's. With ``masks``, each token is also allowed by the mask exactly when the step
+    takes it. Text the tokenizer rewrites (NFC) is left out, as in bench_peers."""
     text = canonical_text(value, schema)
     ids = tok.encode(text, add_special_tokens=False)
     if tok.decode(ids) != text:
         return None
-    state = grammar.automaton.walk(ids)
-    accepted = state >= 0 and bool(grammar.automaton.final[state])
+    state = grammar.initial_state
+    for t in ids:
+        nxt = grammar.step(state, t, BIG)
+        if masks:
+            allowed = np.array(grammar.mask(state, BIG, grammar.vocab.size))[t] == 0
+            assert allowed == (nxt is not None), (text[:200], t, allowed)
+        state = nxt
+        if state is None:
+            break
+    accepted = state is not None and grammar.is_final(state)
     valid = jsonschema.Draft202012Validator(schema).is_valid(value)
     assert accepted == valid, (text[:200], accepted, valid)
     return valid
@@ -149,8 +159,9 @@ def test_long_string_bounds_agree_with_jsonschema(qwen3_tokenizer, which, data):
               "required": ["s"]}
     g = engine.compile_json_schema(qwen3_tokenizer, schema)
     n = data.draw(st.sampled_from([lo - 1, lo, lo + 1, hi - 1, hi, hi + 1]) | st.integers(0, hi + 3))
-    text = data.draw(st.text(CHARS, min_size=n, max_size=n))
-    _agrees(qwen3_tokenizer, g, schema, {"s": text})
+    n = max(n, 0)
+    text = data.draw(st.text(CHARS, min_size=n, max_size=n) | st.just("a" * n) | st.just(" " * n))
+    _agrees(qwen3_tokenizer, g, schema, {"s": text}, masks=hi > 1000)
 
 
 def json_values(depth):

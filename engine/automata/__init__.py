@@ -7,12 +7,14 @@
 - ``builders``: builds run in forked processes bounded in time and memory.
 - ``store``: the disk cache; ``compile``: memory cache, then disk, then a build.
 - ``masks``: additive logits masks per (state, budget), shared by content.
+- ``counters``: long strings counted beside the DFA state.
 """
 
 from .automaton import UNREACHABLE, Automaton, TokenAutomaton, distances
 from .lazy import LazyAutomaton
 from .compile import AUTOMATA, automaton_key, check_regex_size, compile_regex
-from .masks import MaskTable, additive_mask, shared_mask
+from .masks import MASKS, MaskTable, additive_mask, shared_mask
+from . import counters
 
-__all__ = ["AUTOMATA", "UNREACHABLE", "Automaton", "LazyAutomaton", "MaskTable", "TokenAutomaton", "additive_mask", "automaton_key",
-           "check_regex_size", "compile_regex", "distances", "shared_mask"]
+__all__ = ["AUTOMATA", "MASKS", "UNREACHABLE", "Automaton", "LazyAutomaton", "MaskTable", "TokenAutomaton", "additive_mask", "automaton_key",
+           "check_regex_size", "compile_regex", "counters", "distances", "shared_mask"]

@@ -119,23 +119,25 @@ def _run(trie: "_Trie", char_class: str) -> _Run:
                 tree.append((a, b, d))
                 nxt.append(d)
         frontier = nxt
+    # walk the trie inside the class only: a node that leaves it is an exit, and below it nothing is
     node_k = np.full(len(trie.parent), -1, dtype=np.int32)
     node_k[0] = 0
     node_j = np.zeros(len(trie.parent), dtype=np.int32)
-    frontier = np.array([0])
+    frontier, exits = np.array([0]), []
     while len(frontier):
         owner, pos = ranges(frontier, trie.coff)
         child = trie.child[pos]
-        k = node_k[frontier[owner]]
-        step = trans[np.where(k >= 0, k, c), trie.byte[child]]
-        node_k[child] = np.where(step == c, -1, step)
-        node_j[child] = node_j[frontier[owner]] + (step == 0)
-        frontier = child
+        step = trans[node_k[frontier[owner]], trie.byte[child]]
+        alive = step != c
+        node_k[child[alive]] = step[alive]
+        node_j[child[alive]] = node_j[frontier[owner[alive]]] + (step[alive] == 0)
+        exits.append(child[~alive])
+        frontier = child[alive]
     inside = np.flatnonzero(node_k >= 0)[1:]
     owner, pos = ranges(inside, trie.eoff)
     ids, k, j = trie.ids[pos], node_k[inside[owner]], node_j[inside[owner]]
     order = np.argsort(ids)
-    exits = np.flatnonzero((node_k < 0) & (node_k[trie.parent] >= 0)).astype(np.int32)
+    exits = np.sort(np.concatenate(exits)).astype(np.int32)
     one_byte = np.flatnonzero(trans[0, :128] == 0)
     return _Run(trans, edges, np.asarray(tree, dtype=np.int64).reshape(-1, 3), ids[order], k[order], j[order],
                 exits, node_k[trie.parent[exits]], node_j[trie.parent[exits]],
@@ -152,20 +154,27 @@ def _run_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray
     raw strings), then the bytes alone (patterns such as ``[a-z0-9_]*``)."""
     loops = trans[states, :128] == states[:, None]
     many = loops.sum(axis=1) >= MIN_RUN_BYTES
-    return _classes_by_bytes(states[many], loops[many])
+    return _classes_by_bytes(trans, states[many], loops[many])
 
 
-def _classes_by_bytes(states: np.ndarray, inside: np.ndarray) -> list[tuple[np.ndarray, list[str]]]:
+_LEAD_BYTES = np.arange(0xC2, 0xF5)  # the bytes that begin a non-ASCII UTF-8 character
+
+
+def _classes_by_bytes(trans: np.ndarray, states: np.ndarray, inside: np.ndarray) -> list[tuple[np.ndarray, list[str]]]:
     """``states`` grouped by their (len(states), 128) rows of ASCII bytes ``inside``, each group
-    with the character classes to try: the bytes plus every non-ASCII character, then the bytes alone."""
+    with the character classes to try: the bytes plus every non-ASCII character (only for states
+    that step on every lead byte: trying it costs a walk of most of the vocabulary), then the bytes alone."""
     if not len(states):
         return []
-    keys, inverse = np.unique(np.packbits(inside, axis=1), axis=0, return_inverse=True)
+    n = trans.shape[0] - 1
+    wide = (trans[states][:, _LEAD_BYTES] != n).all(axis=1)
+    keys, inverse = np.unique(np.column_stack([np.packbits(inside, axis=1), wide]), axis=0, return_inverse=True)
     out = []
     for g in range(len(keys)):
-        ins = np.flatnonzero(np.unpackbits(keys[g])[:128])
+        ins = np.flatnonzero(np.unpackbits(keys[g][:16])[:128])
         outside = np.setdiff1d(np.arange(128), ins)
-        out.append((states[inverse.reshape(-1) == g], [f"[^{_hex(outside)}{SPECIAL_CLASS}]", f"[{_hex(ins)}]"]))
+        classes = [f"[^{_hex(outside)}{SPECIAL_CLASS}]"] if keys[g][16] else []
+        out.append((states[inverse.reshape(-1) == g], classes + [f"[{_hex(ins)}]"]))
     return out
 
 
@@ -187,7 +196,7 @@ def _chain_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarr
     many = length.max(axis=1) >= MIN_RUN_BYTES
     states, rows, ordered, length = states[many], rows[many], ordered[many], length[many]
     main = ordered[np.arange(len(states)), length.argmax(axis=1)]
-    return _classes_by_bytes(states, rows == main[:, None])
+    return _classes_by_bytes(trans, states, rows == main[:, None])
 
 
 def _chain_maps(trans: np.ndarray, run: _Run, state: int) -> np.ndarray | None:

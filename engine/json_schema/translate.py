@@ -26,7 +26,7 @@ import jsonschema
 
 from ..errors import SchemaError
 from ..regexes import alternation, escape, sre_constants, sre_parse
-from ..symbols import SPECIAL_CLASS
+from ..symbols import COUNTER_SLOTS, SPECIAL_CLASS, counter_symbol
 from .numbers import int_range, number_range
 from .patterns import PatternRegex
 
@@ -88,12 +88,14 @@ class Options:
     max_repeat: int = 256  # the largest bound on item counts written into the regex
     max_length: int = 256  # the largest bound on string lengths (each character a DFA state)
     ref_budget: int | None = None  # lenient: $ref expansion characters before references are written loosely
+    counters: bool = False  # longer string bounds are counted beside the DFA (automata.counters)
 
 
 @dataclass
 class Translation:
     regex: str
     unenforced: list[tuple[str, str]] = field(default_factory=list)  # (pointer, keyword)
+    counters: list[int] = field(default_factory=list)  # limits of the counted strings' loops, by marker
 
 
 def _json_literal(value: Any) -> str:
@@ -114,6 +116,7 @@ class _Translator:
         self.unenforced: list[tuple[str, str]] = []
         self.expanding: list[str] = []  # $refs being expanded, outermost first
         self.expanded = 0  # characters produced by $ref expansions so far
+        self.counters: list[int] = []  # the characters each counted string's loop may take
         # embedded resources: an $id below the root with more than a fragment (a "#name" id is an anchor)
         self.resources = any(isinstance(x.get("$id"), str) and not x["$id"].startswith("#")
                              for x in _subschemas(root) if x is not root)
@@ -572,6 +575,9 @@ class _Translator:
         return lo, hi
 
     def string(self, s: dict, p: str) -> str:
+        counted = self.counted_string(s, p)
+        if counted is not None:
+            return counted
         lo, hi = self.repeat(s, p, "minLength", "maxLength", self.o.max_length)
         if "pattern" in s:
             body = self.pattern(s["pattern"], _ptr(p, "pattern"), lo, hi)
@@ -592,6 +598,24 @@ class _Translator:
         else:
             count = f"{{{lo},{hi}}}"
         return f'"{STRING_CHAR}{count}"'
+
+    def counted_string(self, s: dict, p: str) -> str | None:
+        """A plain string whose maxLength is above what the DFA counts, written with a counter
+        marker (automata.counters); None when counters are off, used up, or do not apply."""
+        hi = self.bound(s, p, "maxLength")
+        if not self.o.counters or hi is None or hi <= self.o.max_length or "pattern" in s \
+                or s.get("format") in ASSERTED_FORMATS:
+            return None
+        lo = self.bound(s, p, "minLength") or 0
+        if lo > hi:
+            raise SchemaError(f"minLength {lo} exceeds maxLength {hi}", pointer=p, keyword="maxLength")
+        if lo > 4 * self.o.max_length:  # the DFA still spells minLength: 16 states a character
+            return None
+        if hi - lo not in self.counters:  # loops with one limit share a marker
+            if len(self.counters) >= COUNTER_SLOTS:
+                return None
+            self.counters.append(hi - lo)
+        return f'"{STRING_CHAR}{{{lo}}}(?:{STRING_CHAR}|{counter_symbol(self.counters.index(hi - lo))})*"'
 
     def pattern(self, pattern: Any, p: str, lo: int = 0, hi: int | None = None) -> str | None:
         """The pattern over JSON string characters; with length bounds, None unless they can be
@@ -1018,13 +1042,15 @@ def _valid(value: Any, schema: dict, root: Any) -> bool:
 
 def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool = True,
                     max_depth: int = 3, max_repeat: int = 256, max_length: int = 256,
-                    max_chars: int | None = None) -> Translation:
+                    max_chars: int | None = None, counters: bool = False) -> Translation:
     """Translate a JSON schema (dict, bool or JSON text) to a regex over JSON text.
 
     ``max_repeat`` and ``max_length`` are the largest item count and string length written into
     the regex; a larger bound is refused in strict mode and checked after generation otherwise.
     With ``strict=False`` and ``max_chars``, references whose expansion would make the regex
     longer are written as free values of their declared types (listed as unenforced ``$ref``).
+    With ``counters``, plain strings with a longer maxLength are written as marked loops whose
+    limits are in ``Translation.counters`` (enforced by the grammar, see automata.counters).
     """
     if isinstance(schema, (str, bytes)):
         try:
@@ -1036,7 +1062,7 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     budgets = [None] if strict else [MAX_EXPANSION // 4, MAX_EXPANSION // 64, MAX_EXPANSION // 1024, 0]
     for budget in budgets:
         depth = 1 if budget == 0 else max_depth
-        t = _Translator(schema, Options(whitespace, strict, depth, max_repeat, max_length, budget))
+        t = _Translator(schema, Options(whitespace, strict, depth, max_repeat, max_length, budget, counters))
         try:
             regex = t.value(schema, "#")
         except _TooDeep:
@@ -1049,5 +1075,5 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
             continue
         if max_chars is None or len(regex) <= max_chars:
             break
-    return Translation(regex, t.unenforced)
+    return Translation(regex, t.unenforced, t.counters)
 

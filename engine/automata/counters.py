@@ -1,0 +1,140 @@
+"""Long strings counted beside the DFA state instead of one DFA state per character.
+
+A string whose maxLength is above what the DFA counts is written ``"C{lo}(?:C|M)*"``: the loop
+state takes any number of characters, and M, a marker no token spells, marks the loop so it can be
+found in the DFA (M leads from the loop state back to itself). The matcher's state in such a loop
+is (DFA state, characters so far); a token is allowed while the count stays within the limit.
+The bound to acceptance is the DFA's (closing the string takes no character), so budgets hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..caches import Cache
+from ..symbols import counter_symbol
+from ..vocabulary import Vocab
+
+QUOTE = 0x22
+WALK_BYTES = 64  # token bytes walked when counting; a longer token counts its byte length
+MATRICES = Cache("token byte matrices", 4, per_vocabulary=True)  # by vocabulary fingerprint
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A counted loop: its state, the most characters it may take, and the states inside one
+    character (the loop state included), from which arriving at the loop state completes a character."""
+
+    state: int
+    limit: int
+    inside: frozenset
+
+
+def find_loops(trans: np.ndarray, limits: list[int]) -> dict[int, Loop]:
+    """The counted loops of a DFA whose regex used markers 0..len(limits)-1: {loop state: Loop}."""
+    n = trans.shape[0] - 1
+    loops: dict[int, Loop] = {}
+    for k, limit in enumerate(limits):
+        cur = np.arange(n)
+        for b in counter_symbol(k).encode():
+            cur = trans[cur, b]
+        for s in np.flatnonzero(cur == np.arange(n)).tolist():
+            old = loops.get(s)
+            if old is None or old.limit > limit:
+                loops[s] = Loop(s, limit, _inside(trans, s))
+    return loops
+
+
+def _inside(trans: np.ndarray, s: int) -> frozenset:
+    """States reached from ``s`` by bytes without closing the string or coming back to ``s``."""
+    n = trans.shape[0] - 1
+    seen, todo = {s}, [s]
+    while todo:
+        u = todo.pop()
+        row = trans[u].copy()
+        if u == s:
+            row[QUOTE] = n
+        for v in np.unique(row).tolist():
+            if v != n and v not in seen:
+                seen.add(v)
+                todo.append(v)
+    return frozenset(seen)
+
+
+def step(trans: np.ndarray, loops: dict[int, Loop], state: int, count: int, text: bytes) -> tuple[int, int]:
+    """Walk ``text`` from (``state``, ``count``): the DFA state and the count after it, (-1, 0) when
+    a byte is not allowed or a loop would take more characters than its limit (a character begun
+    counts)."""
+    dead = trans.shape[0] - 1
+    for b in text:
+        nxt = int(trans[state, b])
+        if nxt == dead:
+            return -1, 0
+        loop = loops.get(nxt)
+        if loop is not None:
+            if state in loop.inside:
+                count += 1
+                if count > loop.limit:
+                    return -1, 0
+            else:
+                count = 0
+        state = nxt
+    loop = current_loop(loops, state)
+    if loop is not None and state != loop.state and count >= loop.limit:
+        return -1, 0  # a character begun that the loop has no room to finish
+    return state, count
+
+
+def current_loop(loops: dict[int, Loop], state: int) -> Loop | None:
+    """The loop whose character ``state`` is in (its loop state or partway through a character)."""
+    loop = loops.get(state)
+    if loop is not None:
+        return loop
+    return next((x for x in loops.values() if state in x.inside), None)
+
+
+def token_matrix(vocab: Vocab) -> tuple[np.ndarray, np.ndarray]:
+    """Every id's first WALK_BYTES bytes as a (size, WALK_BYTES) matrix, and each id's length."""
+    def build():
+        texts = list(vocab.texts)
+        lengths = np.fromiter((len(t or b"") for t in texts), dtype=np.int64, count=len(texts))
+        m = np.zeros((len(texts), WALK_BYTES), dtype=np.uint8)
+        for r, t in enumerate(texts):
+            if t:
+                m[r, :min(len(t), WALK_BYTES)] = np.frombuffer(t[:WALK_BYTES], dtype=np.uint8)
+        return m, lengths
+    return MATRICES.get_or_build(vocab.fingerprint, build)
+
+
+def within(trans: np.ndarray, loop: Loop, state: int, vocab: Vocab, ids: np.ndarray, room: int) -> np.ndarray:
+    """Which tokens of ``ids`` (allowed from ``state``) add at most ``room`` characters to ``loop``;
+    only tokens longer than ``room`` bytes are walked (a character is at least a byte)."""
+    _, lengths = token_matrix(vocab)
+    ok = lengths[ids] <= room
+    long = np.flatnonzero(~ok)
+    ok[long] = characters(trans, loop, state, vocab, ids[long]) <= room
+    return ok
+
+
+def characters(trans: np.ndarray, loop: Loop, state: int, vocab: Vocab, ids: np.ndarray) -> np.ndarray:
+    """For each token in ``ids`` (allowed from ``state``), the characters it adds to ``loop`` (a
+    token longer than WALK_BYTES that has not left the loop by then counts as its byte length)."""
+    matrix, all_lengths = token_matrix(vocab)
+    m, lengths = matrix[ids], all_lengths[ids]
+    inside = np.zeros(trans.shape[0], dtype=bool)
+    inside[list(loop.inside)] = True
+    cur = np.full(len(ids), state, dtype=np.int64)
+    within = np.ones(len(ids), dtype=bool)  # still in the loop's string
+    count = np.zeros(len(ids), dtype=np.int64)
+    for col in range(WALK_BYTES):
+        valid = (col < lengths) & within
+        if not valid.any():
+            break
+        nxt = trans[cur, m[:, col]]
+        count += valid & (nxt == loop.state)
+        within &= ~(valid & ~inside[nxt])
+        cur = np.where(valid, nxt, cur)
+    count += within & (cur != loop.state)  # a character begun counts: it must be finished
+    return np.where(within & (lengths > WALK_BYTES), np.maximum(count, lengths), count)
