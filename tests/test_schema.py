@@ -297,23 +297,51 @@ TYPES = ["object", "array", "string", "number", "integer", "boolean", "null"]
 
 @st.composite
 def negated_schemas(draw):
-    """Object schemas over three keys with a `not` of a form written exactly, or a oneOf whose
-    branches differ by required keys."""
+    """Object schemas over three keys with a `not` of a form written exactly (or a string length
+    range), a oneOf whose branches differ by required keys, closed key sets, constants or types,
+    or an allOf that lists the values."""
     required = draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=2))
     # typed: an untyped schema with object keywords is written as objects only, a narrowing of its own
     base = {"type": draw(st.sampled_from([["object"], ["object", "null"], ["object", "integer", "string"]])),
             "properties": {k: {} for k in KEYS}, "required": required}
-    form = draw(st.sampled_from(["required", "anyOf", "type", "oneOf"]))
+    form = draw(st.sampled_from(["required", "anyOf", "type", "oneOf", "branches", "length", "listed"]))
     if form == "required":
         base["not"] = {"required": draw(st.lists(st.sampled_from(KEYS), unique=True, min_size=1, max_size=3))}
     elif form == "anyOf":
         base["not"] = {"anyOf": [{"required": [k]} for k in draw(st.lists(st.sampled_from(KEYS), unique=True, min_size=1))]}
     elif form == "type":
         base["not"] = {"type": draw(st.lists(st.sampled_from(TYPES), unique=True, min_size=1, max_size=3))}
-    else:
+    elif form == "oneOf":
         base["oneOf"] = [{"required": draw(st.lists(st.sampled_from(KEYS), unique=True, min_size=1, max_size=2))}
                          for _ in range(draw(st.integers(2, 3)))]
+    elif form == "branches":  # told apart (or not) by closed key sets, constants of required keys, types
+        base["oneOf"] = [draw(one_of_branch()) for _ in range(draw(st.integers(2, 3)))]
+    elif form == "length":
+        lo, hi = draw(st.integers(0, 3)), draw(st.integers(0, 3))
+        base["not"] = {"minLength": lo, "maxLength": hi, **({"type": "string"} if draw(st.booleans()) else {})}
+    else:
+        base["allOf"] = [{"enum": draw(st.lists(st.sampled_from(LISTED), unique_by=json.dumps, min_size=1, max_size=4))}]
     return base
+
+
+LISTED = [None, 1, "x", "", {}, {"a": 1}, {"a": 1, "b": None}, {"c": "x"}, [1]]
+
+
+@st.composite
+def one_of_branch(draw):
+    b = {}
+    if draw(st.booleans()):
+        b["type"] = draw(st.sampled_from(["object", "integer", "string", ["object", "null"]]))
+    if draw(st.booleans()):
+        b["required"] = draw(st.lists(st.sampled_from(KEYS), unique=True, min_size=1, max_size=2))
+    if draw(st.booleans()):
+        b["properties"] = {k: {"enum": draw(st.lists(st.integers(-2, 2), unique=True, min_size=1, max_size=2))}
+                           for k in draw(st.lists(st.sampled_from(KEYS), unique=True, min_size=1, max_size=2))}
+    if draw(st.booleans()):
+        b["additionalProperties"] = False
+        b["properties"] = {**{k: {} for k in draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=2))},
+                           **b.get("properties", {})}
+    return b
 
 
 @settings(max_examples=300, deadline=None)
@@ -325,10 +353,12 @@ def test_not_and_one_of_agree_with_jsonschema(schema, data):
     try:
         rx = re.compile(python_spelling(schema_to_regex(schema).regex), re.DOTALL)
     except SchemaError as e:
-        assert e.keyword in ("not", "oneOf"), e
+        assert e.keyword in ("not", "oneOf", "anyOf", "additionalProperties", "allOf", "false"), e
         return
     for _ in range(8):
         keys = data.draw(st.lists(st.sampled_from(KEYS), unique=True))
-        value = {k: data.draw(VALUES) for k in KEYS if k in keys} if data.draw(st.integers(0, 4)) else data.draw(VALUES)
+        pick = data.draw(st.integers(0, 5))
+        value = ({k: data.draw(VALUES | st.integers(-2, 2)) for k in KEYS if k in keys} if pick > 1
+                 else data.draw(st.sampled_from(LISTED)) if pick == 1 else data.draw(VALUES))
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))  # as the engine writes JSON
         assert (rx.fullmatch(text) is not None) == jsonschema.Draft202012Validator(schema).is_valid(value), (schema, text)

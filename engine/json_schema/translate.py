@@ -336,10 +336,11 @@ class _Translator:
 
     def outside_lengths(self, n: dict, p: str) -> dict | None:
         """``not`` of a string length range: the strings outside it, and every other type when
-        ``n`` is typed (an untyped length bound passes any non-string). None: ``n`` accepts nothing."""
+        ``n`` is typed (an untyped length bound passes any non-string). None: ``n`` accepts nothing,
+        so its ``not`` adds no constraint."""
         lo, hi = self.bound(n, p, "minLength") or 0, self.bound(n, p, "maxLength")
-        if hi is not None and lo > hi:
-            return None
+        if hi is not None and lo > hi:  # no string fits: n is nothing (typed) or every non-string
+            return None if "type" in n else {"type": "string"}
         out = [{"type": [t for t in ALL_TYPES if t not in ("string", "integer")]}] if "type" in n else []
         if lo > 0:
             out.append({"type": "string", "maxLength": lo - 1})
@@ -578,7 +579,9 @@ class _Translator:
         counted = self.counted_string(s, p)
         if counted is not None:
             return counted
-        lo, hi = self.repeat(s, p, "minLength", "maxLength", self.o.max_length)
+        # a pattern's length bounds go into one repeated class (a state or a few per character)
+        limit = 4 * self.o.max_length if "pattern" in s else self.o.max_length
+        lo, hi = self.repeat(s, p, "minLength", "maxLength", limit)
         if "pattern" in s:
             body = self.pattern(s["pattern"], _ptr(p, "pattern"), lo, hi)
             if body is None:
