@@ -34,6 +34,7 @@ class Grammar:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _loops: dict[int, counters.Loop] = field(default_factory=dict, repr=False)
     _near_limit: dict[tuple, bytes] = field(default_factory=dict, repr=False)  # (state, chars left, cap, width) -> mask digest
+    _longest: int = field(default=0, repr=False)  # the most bytes (so characters) one token holds
 
     def __post_init__(self) -> None:
         if self.counters:
@@ -85,12 +86,10 @@ class Grammar:
         return self.automaton.is_complete(state[0] if isinstance(state, tuple) else state)
 
     def mask(self, state: Any, left: int, width: int) -> mx.array:
-        if not isinstance(state, tuple):
-            return self.mask_table(width).mask(state, left)
-        s, count = state
-        loop = counters.current_loop(self._loops, s)
-        room = loop.limit - count
+        s, count = state if isinstance(state, tuple) else (state, 0)
         table = self.mask_table(width)
+        loop = counters.current_loop(self._loops, s) if self._loops else None
+        room = loop.limit - count if loop is not None else self._longest
         if room >= self._longest:  # no token holds more characters than are left
             return table.mask(s, left)
         key = (s, room, min(left - 1, self.automaton.target_cap(s)), width)
