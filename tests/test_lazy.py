@@ -201,7 +201,7 @@ def test_any_value_tool_compiles_up_front(qwen3_tokenizer):
     assert state is not None and g.is_final(state)
 
 
-@pytest.mark.parametrize("chars", [250, 255, 259, 260])
+@pytest.mark.parametrize("chars", [250, 259])
 def test_counted_loop_masks_allow_exactly_the_tokens_that_step(qwen3_tokenizer, chars):
     """A counted loop with less room than the longest token (minLength 250 spelled in the DFA,
     then 10 counted characters): every token the mask allows is taken by the step, and every
