@@ -183,7 +183,7 @@ def test_random_client_every_mode(family):
     for choice, parallel, thinking in _modes(family):
         g = compile_tools(tok, tools, format=family, tool_choice=choice, parallel_tool_calls=parallel,
                           thinking=thinking)
-        for trial in range(scale(2, 3)):
+        for trial in range(scale(1, 3)):
             budget = int(rng.integers(g.min_tokens, g.min_tokens + 120))
             ids, ended = sample(g, budget, rng)
             assert len(ids) <= budget
