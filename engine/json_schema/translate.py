@@ -216,8 +216,7 @@ class _Translator:
         other branches say. None when no branch lists values or the validator cannot read ``s``."""
         listed = None
         for sub in [s, *(s["allOf"] if isinstance(s["allOf"], list) else [])]:
-            while isinstance(sub, dict) and set(sub) - ANNOTATIONS == {"$ref"}:
-                sub = self.value_target(sub["$ref"], p)
+            sub = self.resolved(sub, p)  # a reference's siblings only narrow: the validator sees them
             if isinstance(sub, dict) and "const" in sub:
                 listed = [sub["const"]]
             elif isinstance(sub, dict) and isinstance(sub.get("enum"), list) and 0 < len(sub["enum"]) <= MAX_ENUM:
