@@ -9,12 +9,14 @@ from typing import Any
 
 import jsonschema
 import mlx.core as mx
+import numpy as np
 
-from .automata import MASKS, UNREACHABLE, LazyAutomaton, MaskTable, compile_regex, counters, shared_mask
+from .automata import (MASKS, UNREACHABLE, LazyAutomaton, MaskTable, allowed_mask, compile_linked, compile_regex,
+                       counters, eos_mask, shared_mask)
 from .automata.builders import DEFAULT_TIMEOUT
 from .automata.compile import MAX_REGEX_CHARS
 from .caches import Cache
-from .errors import SchemaError
+from .errors import CompileError, SchemaError
 from .json_schema import WHITESPACE, schema_key, schema_to_regex
 from .matcher import Matcher
 from .vocabulary import Vocab, build_vocab
@@ -33,12 +35,14 @@ class Grammar:
     _tables: dict[int, MaskTable] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _loops: dict[int, counters.Loop] = field(default_factory=dict, repr=False)
-    _near_limit: dict[tuple, bytes] = field(default_factory=dict, repr=False)  # (state, chars left, cap, width) -> mask digest
+    _near_limit: dict[tuple, bytes] = field(default_factory=dict, repr=False)  # (state, count, cap, width) -> mask digest
     _longest: int = field(default=0, repr=False)  # the most bytes (so characters) one token holds
+    _counted: counters.Tables | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.counters:
             self._loops = counters.find_loops(self.automaton.trans, self.counters)
+            self._counted = counters.tables(self.automaton.trans, self._loops)
             self._longest = max(len(t or b"") for t in self.vocab.texts)
 
     @property
@@ -88,21 +92,30 @@ class Grammar:
     def mask(self, state: Any, left: int, width: int) -> mx.array:
         s, count = state if isinstance(state, tuple) else (state, 0)
         table = self.mask_table(width)
-        loop = counters.current_loop(self._loops, s) if self._loops else None
-        room = loop.limit - count if loop is not None else self._longest
-        if room >= self._longest:  # no token holds more characters than are left
+        if not self._near(s, count):
             return table.mask(s, left)
-        key = (s, room, min(left - 1, self.automaton.target_cap(s)), width)
+        key = (s, count, min(left - 1, self.automaton.target_cap(s)), width)
         digest = self._near_limit.get(key)
         m = MASKS.get(digest) if digest is not None else None
         if m is None:
             ids = table.allowed(s, left)
-            ids = ids[counters.within(self.automaton.trans, loop, s, self.vocab, ids, room)]
+            ids = ids[counters.fits(self.automaton.trans, self._loops, self._counted, s, count, self.vocab, ids)]
             if len(ids) == 0:
                 return table.eos_only
             digest, m = shared_mask(ids, width)
             self._near_limit[key] = digest
         return m
+
+    def _near(self, s: int, count: int) -> bool:
+        """A token from here may take a counted loop past its limit: the loop has fewer characters
+        left than the longest token holds, or is near enough to enter with fewer than that."""
+        if not self._loops:
+            return False
+        t = self._counted
+        k = t.inside[s]
+        if k >= 0:
+            return t.limits[k] - count < self._longest
+        return t.reach[s] < self._longest and t.limits[:-1].min() < self._longest
 
     def eos_mask(self, width: int) -> mx.array:
         return self.mask_table(width).eos_only
@@ -132,11 +145,57 @@ class Grammar:
         return value, errors
 
 
+@dataclass(eq=False)
+class LinkedGrammar(Grammar):
+    """A schema whose references are linked rather than expanded (automata.linked): the regex is
+    the root's, ``definitions`` the referenced ones'; ``automaton`` is a LinkedAutomaton and a
+    state a tuple of its configurations."""
+
+    definitions: list[str] = field(default_factory=list)
+    _masks: dict = field(default_factory=dict, repr=False)  # (state, budget cap, width) -> mask digest
+
+    def __post_init__(self) -> None:
+        pass  # no counted loops: a linked schema writes long strings as the DFA counts them
+
+    @property
+    def initial_state(self) -> tuple:
+        return self.automaton.initial_state
+
+    def step(self, state: Any, token: int, left: int) -> Any:
+        text = self.vocab.token_text(token)
+        return self.automaton.step(state, text, left) if text else None
+
+    def is_final(self, state: Any) -> bool:
+        return self.automaton.is_final(state)
+
+    def is_complete(self, state: Any) -> bool:
+        return self.automaton.is_complete(state)
+
+    def mask(self, state: Any, left: int, width: int) -> mx.array:
+        budget = left - 1
+        key = (state, min(budget, self.automaton.cap(state)), width)
+        digest = self._masks.get(key)
+        m = MASKS.get(digest) if digest is not None else None
+        if m is not None:
+            return m
+        ids = self.automaton.allowed(state, budget) if budget >= 0 else np.zeros(0, dtype=np.int32)
+        got = allowed_mask(ids, self.is_final(state), self.vocab, width)
+        self._masks[key], m = got
+        return m
+
+    def eos_mask(self, width: int) -> mx.array:
+        return eos_mask(self.vocab, width)
+
+
 # The longest string bound a JSON grammar counts in its DFA (16 states a character); a longer
 # maxLength on a plain string is counted beside the DFA state (automata.counters). Tool
 # arguments, whose automata are materialised, count up to the translator's 256 and refuse above.
 MAX_LENGTH = 256
 GRAMMARS = Cache("grammars", 1 << 30, lambda g: g.automaton.nbytes + len(g.regex))
+# An expanded regex longer than this is compiled with its references linked instead when that
+# halves the regexes (linking compiles each definition once, the expansion's DFA copies it per
+# use) or enforces more (lenient mode loosens references past a budget; linking need not).
+LINK_FROM = 200_000
 
 
 def compile_regex_grammar(tokenizer: Any, regex: str, *, timeout: float | None = DEFAULT_TIMEOUT) -> Grammar:
@@ -154,13 +213,17 @@ def compile_json_schema(
     strict: bool = True,
     max_depth: int = 3,
     timeout: float | None = DEFAULT_TIMEOUT,
+    link: bool | None = None,
 ) -> Grammar:
     """Compile a JSON schema (dict, bool or JSON text) for ``tokenizer``; cached.
 
     ``strict`` (default) raises SchemaError for any keyword the mask cannot enforce; with
     ``strict=False`` such keywords are listed in ``grammar.unenforced`` and checked after
     generation. ``timeout`` (seconds) bounds the automaton build, which runs in a builder
-    process (``None``: in this process, unbounded in time).
+    process (``None``: in this process, unbounded in time). ``link=True`` compiles each
+    referenced definition once and links them (recursion then nests as deep as the budget allows,
+    not ``max_depth``); ``None`` (default) links when the expanded regex is too large or would
+    leave references unenforced; ``False`` never links.
     """
     if isinstance(schema, (str, bytes)):
         try:
@@ -172,7 +235,7 @@ def compile_json_schema(
         text = schema_key(schema)
     except (TypeError, ValueError) as e:
         raise SchemaError(f"schema is not JSON data: {e}") from None
-    key = ("schema", vocab.fingerprint, text, whitespace, strict, max_depth)
+    key = ("schema", vocab.fingerprint, text, whitespace, strict, max_depth, link)
     found = GRAMMARS.get(key)
     if found is not None:  # checked when it was compiled
         return found
@@ -183,9 +246,37 @@ def compile_json_schema(
         raise SchemaError(f"not a valid JSON schema: {e.message}", pointer=pointer, keyword=str(e.validator)) from None
 
     def build() -> Grammar:
-        t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth, max_length=MAX_LENGTH,
-                            max_chars=MAX_REGEX_CHARS, counters=True)
+        if link:
+            return _linked(None)
+        try:
+            t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
+                                max_length=MAX_LENGTH, max_chars=MAX_REGEX_CHARS, counters=True)
+        except SchemaError as e:
+            if e.keyword != "$ref" or not ("expanding" in str(e) or "max_depth" in str(e)) or link is False:
+                raise
+            return _linked(e)
+        if link is None and len(t.regex) > LINK_FROM or any(kw == "$ref" for _, kw in t.unenforced):
+            try:
+                linked = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
+                                         max_length=MAX_LENGTH, link=True)
+                if sum(map(len, linked.definitions), len(linked.regex)) * 2 < len(t.regex) or \
+                        len(linked.unenforced) < len(t.unenforced):
+                    return _linked(None, linked)
+            except (SchemaError, CompileError):
+                pass  # the expansion compiles, or fails with its own error
         return Grammar(vocab, compile_regex(t.regex, vocab, timeout=timeout, lazy=True), t.regex, schema, t.unenforced,
                        t.counters)
+
+    def _linked(failed: SchemaError | None, t: Any = None) -> Grammar:
+        try:
+            if t is None:
+                t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
+                                    max_length=MAX_LENGTH, link=True)
+            automaton = compile_linked([t.regex, *t.definitions], vocab, timeout=timeout)
+        except (SchemaError, CompileError):
+            if failed is not None:
+                raise failed from None
+            raise
+        return LinkedGrammar(vocab, automaton, t.regex, schema, t.unenforced, definitions=t.definitions)
 
     return GRAMMARS.get_or_build(key, build)

@@ -3,14 +3,16 @@
 Every added token (``<tool_call>``, ``<|im_end|>`` ...) is written in regexes as one character
 of U+E000..U+EFFF, so a grammar can ask for the token itself and ordinary text can never spell
 it. The top slots are the engine's: the automaton's START and END sentinels, the macro that
-stands for one whole tool call in a turn's outer automaton, and the markers of counted strings.
+stands for one whole tool call in a turn's outer automaton, the markers of counted strings and
+those of linked definitions.
 """
 
 PUA_BASE = 0xE000
 PUA_LIMIT = 0x1000  # U+E000..U+EFFF all start with the UTF-8 byte 0xEE
 FORGE_BYTE = 0xEE  # ordinary tokens holding this byte could forge a symbol: they are dropped
 COUNTER_SLOTS = 64  # markers of counted long strings (see automata.counters), below the engine's three
-TOKEN_SLOTS = PUA_LIMIT - 3 - COUNTER_SLOTS  # slots for added tokens; the rest are below
+LINK_SLOTS = 1024  # markers of linked definitions (see automata.linked), below the counters
+TOKEN_SLOTS = PUA_LIMIT - 3 - COUNTER_SLOTS - LINK_SLOTS  # slots for added tokens; the rest are below
 
 START = chr(PUA_BASE + PUA_LIMIT - 3)  # U+EFFD: starts every compiled regex (see automata.byte_dfa)
 END = chr(PUA_BASE + PUA_LIMIT - 2)  # U+EFFE: ends every compiled regex
@@ -23,6 +25,11 @@ TEXT_REGEX = rf"[^{SPECIAL_CLASS}]*"  # free text: anything but a special token
 def counter_symbol(k: int) -> str:
     """The marker of the ``k``-th counted string in a regex (no token spells it)."""
     return chr(PUA_BASE + TOKEN_SLOTS + k)
+
+
+def link_symbol(k: int) -> str:
+    """The marker of a use of the ``k``-th linked definition in a regex (no token spells it)."""
+    return chr(PUA_BASE + TOKEN_SLOTS + COUNTER_SLOTS + k)
 
 
 def token_symbol(slot: int) -> str:

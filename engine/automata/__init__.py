@@ -8,13 +8,15 @@
 - ``store``: the disk cache; ``compile``: memory cache, then disk, then a build.
 - ``masks``: additive logits masks per (state, budget), shared by content.
 - ``counters``: long strings counted beside the DFA state.
+- ``linked``: reference graphs as one DFA per definition, a call stack in the state.
 """
 
 from .automaton import UNREACHABLE, Automaton, TokenAutomaton, distances
 from .lazy import LazyAutomaton
-from .compile import AUTOMATA, automaton_key, check_regex_size, compile_regex
-from .masks import MASKS, MaskTable, additive_mask, shared_mask
+from .linked import LinkedAutomaton
+from .compile import AUTOMATA, automaton_key, check_regex_size, compile_linked, compile_regex
+from .masks import MASKS, MaskTable, additive_mask, allowed_mask, eos_mask, shared_mask
 from . import counters
 
-__all__ = ["AUTOMATA", "MASKS", "UNREACHABLE", "Automaton", "LazyAutomaton", "MaskTable", "TokenAutomaton", "additive_mask", "automaton_key",
-           "check_regex_size", "compile_regex", "counters", "distances", "shared_mask"]
+__all__ = ["AUTOMATA", "MASKS", "UNREACHABLE", "Automaton", "LazyAutomaton", "LinkedAutomaton", "MaskTable", "TokenAutomaton", "additive_mask", "allowed_mask", "automaton_key",
+           "check_regex_size", "compile_linked", "compile_regex", "counters", "distances", "eos_mask", "shared_mask"]

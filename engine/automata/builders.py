@@ -19,6 +19,7 @@ from ..vocabulary import Vocab
 from . import index, lazy
 from .index import build
 from .lazy import lazy_tables
+from .linked import link_tables
 
 DEFAULT_TIMEOUT = 60.0  # seconds one automaton build may take
 DEFAULT_BUILD_MEMORY = 8 << 30  # bytes one build may add to its process
@@ -47,6 +48,8 @@ def _serve(conn, vocab: Vocab, max_memory: int) -> None:
         try:
             if kind == "lazy":
                 reply = ("ok", lazy_tables(regex, vocab, macro))
+            elif kind == "linked":
+                reply = ("ok", link_tables(regex, vocab))
             else:
                 a = build(regex, vocab, key, macro, max_edges)
                 reply = ("ok", (a.offsets, a.tokens, a.targets, a.final, a.dist))
@@ -119,7 +122,8 @@ def idle_builders() -> list[int]:
 def build_bounded(kind: str, regex: str, vocab: Vocab, key: str, macro, max_edges: int, timeout: float,
                   max_memory: int) -> tuple:
     """Build in a builder process, one per concurrent build, so time and memory stay bounded: the
-    arrays of an Automaton (``kind="automaton"``) or of a LazyAutomaton (``kind="lazy"``)."""
+    arrays of an Automaton (``kind="automaton"``), of a LazyAutomaton (``kind="lazy"``) or of a
+    LinkedAutomaton (``kind="linked"``, ``regex`` a list of regexes)."""
     slot = (vocab.fingerprint, max_memory)
     with _IDLE_LOCK:
         at = next((i for i, (s, _) in enumerate(_IDLE) if s == slot), None)

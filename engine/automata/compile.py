@@ -16,6 +16,7 @@ from .automaton import Automaton
 from .builders import DEFAULT_BUILD_MEMORY, DEFAULT_TIMEOUT, build_bounded
 from .index import DEFAULT_MAX_EDGES, build
 from .lazy import LazyAutomaton, lazy_tables
+from .linked import LinkedAutomaton, link_tables
 
 MAX_REGEX_CHARS = 2_000_000
 AUTOMATA = Cache("automata", 1 << 30, lambda a: a.nbytes)  # by key, bounded by bytes
@@ -47,7 +48,17 @@ def compile_regex(regex: str, vocab: Vocab, *, timeout: float | None = DEFAULT_T
     ``macro`` (character, id) lets the regex use one extra pseudo-token (see tools.turn).
     """
     check_regex_size(regex)
+
+    def make(arrays):
+        if lazy:
+            return LazyAutomaton(arrays["trans"], arrays["final"], arrays["bound"], vocab, key, macro)
+        return Automaton(arrays["offsets"], arrays["tokens"], arrays["targets"], arrays["final"], arrays["dist"], key)
     key = automaton_key(regex, vocab, macro, lazy)
+    return _cached(key, lambda: _build(regex, vocab, key, macro, lazy, max_transitions, timeout, max_memory), make)
+
+
+def _cached(key: str, build, make):
+    """The automaton under ``key``: from memory, from disk, or ``make(build())`` (then stored)."""
     found = AUTOMATA.get(key)
     if found is not None:
         return found
@@ -66,21 +77,35 @@ def compile_regex(regex: str, vocab: Vocab, *, timeout: float | None = DEFAULT_T
             except OSError:
                 pass
         else:
-            arrays = _build(regex, vocab, key, macro, lazy, max_transitions, timeout, max_memory)
+            arrays = build()
             if path:
                 try:
                     store.save(path, key, arrays)
                     store.prune(path.parent, path)
                 except OSError:
                     pass  # a read-only or full cache folder only costs a rebuild next time
-        if lazy:
-            a = LazyAutomaton(arrays["trans"], arrays["final"], arrays["bound"], vocab, key, macro)
-        else:
-            a = Automaton(arrays["offsets"], arrays["tokens"], arrays["targets"], arrays["final"], arrays["dist"], key)
-        a = AUTOMATA.put(key, a)
+        a = AUTOMATA.put(key, make(arrays))
     with _KEY_LOCKS_GUARD:
         _KEY_LOCKS.pop(key, None)
     return a
+
+
+def compile_linked(regexes: list[str], vocab: Vocab, *, timeout: float | None = DEFAULT_TIMEOUT,
+                   max_memory: int = DEFAULT_BUILD_MEMORY) -> LinkedAutomaton:
+    """The linked automaton of a root regex and its definitions (see automata.linked): from
+    memory, from disk, or built in a builder process as ``compile_regex`` does."""
+    for r in regexes:
+        check_regex_size(r)
+    h = hashlib.sha256(f"{store.FORMAT_VERSION}\0linked\0{vocab.fingerprint}".encode())
+    for r in regexes:
+        h.update(b"\0" + r.encode())
+    key = h.hexdigest()[:32]
+
+    def build():
+        if timeout is not None:
+            return build_bounded("linked", list(regexes), vocab, key, None, 0, timeout, max_memory)
+        return link_tables(list(regexes), vocab)
+    return _cached(key, build, lambda arrays: LinkedAutomaton(arrays, vocab, key))
 
 
 def _build(regex, vocab, key, macro, lazy, max_transitions, timeout, max_memory) -> dict[str, np.ndarray]:

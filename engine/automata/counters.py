@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..caches import Cache
+from .automaton import bfs, state_graph
 from ..symbols import counter_symbol
 from ..vocabulary import Vocab
 
@@ -108,33 +109,54 @@ def token_matrix(vocab: Vocab) -> tuple[np.ndarray, np.ndarray]:
     return MATRICES.get_or_build(vocab.fingerprint, build)
 
 
-def within(trans: np.ndarray, loop: Loop, state: int, vocab: Vocab, ids: np.ndarray, room: int) -> np.ndarray:
-    """Which tokens of ``ids`` (allowed from ``state``) add at most ``room`` characters to ``loop``;
-    only tokens longer than ``room`` bytes are walked (a character is at least a byte)."""
-    _, lengths = token_matrix(vocab)
-    ok = lengths[ids] <= room
-    long = np.flatnonzero(~ok)
-    ok[long] = characters(trans, loop, state, vocab, ids[long]) <= room
-    return ok
+@dataclass(frozen=True)
+class Tables:
+    """Per DFA state: the loop it is the loop state of, the loop whose character it is inside
+    (-1 for none; ``limits[-1]`` is past any count), and the fewest bytes to a loop state."""
+
+    loop_at: np.ndarray
+    inside: np.ndarray
+    limits: np.ndarray
+    reach: np.ndarray
 
 
-def characters(trans: np.ndarray, loop: Loop, state: int, vocab: Vocab, ids: np.ndarray) -> np.ndarray:
-    """For each token in ``ids`` (allowed from ``state``), the characters it adds to ``loop`` (a
-    token longer than WALK_BYTES that has not left the loop by then counts as its byte length)."""
+def tables(trans: np.ndarray, loops: dict[int, Loop]) -> Tables:
+    n = trans.shape[0] - 1
+    loop_at = np.full(n + 1, -1, dtype=np.int64)
+    inside = np.full(n + 1, -1, dtype=np.int64)
+    order = list(loops.values())
+    for k, loop in enumerate(order):
+        inside[list(loop.inside)] = k
+    for k, loop in enumerate(order):
+        loop_at[loop.state] = k
+    limits = np.array([x.limit for x in order] + [np.iinfo(np.int64).max // 2], dtype=np.int64)
+    src, dst = state_graph(np.repeat(np.arange(n), 256), trans[:n].reshape(-1), n + 1)
+    live = dst != n
+    reach = bfs(dst[live], src[live], np.array(list(loops), dtype=np.int64), n + 1)[:n]
+    return Tables(loop_at, inside, limits, reach)
+
+
+def fits(trans: np.ndarray, loops: dict[int, Loop], t: Tables, state: int, count: int, vocab: Vocab,
+         ids: np.ndarray) -> np.ndarray:
+    """Which tokens of ``ids`` (allowed from ``state`` by the DFA) ``step`` takes from (``state``,
+    ``count``): their first WALK_BYTES bytes walked side by side, longer tokens one by one."""
     matrix, all_lengths = token_matrix(vocab)
     m, lengths = matrix[ids], all_lengths[ids]
-    inside = np.zeros(trans.shape[0], dtype=bool)
-    inside[list(loop.inside)] = True
     cur = np.full(len(ids), state, dtype=np.int64)
-    within = np.ones(len(ids), dtype=bool)  # still in the loop's string
-    count = np.zeros(len(ids), dtype=np.int64)
+    cnt = np.full(len(ids), count, dtype=np.int64)
+    ok = np.ones(len(ids), dtype=bool)
     for col in range(WALK_BYTES):
-        valid = (col < lengths) & within
+        valid = (col < lengths) & ok
         if not valid.any():
             break
         nxt = trans[cur, m[:, col]]
-        count += valid & (nxt == loop.state)
-        within &= ~(valid & ~inside[nxt])
+        k = t.loop_at[nxt]
+        into = valid & (k >= 0)
+        cnt = np.where(into, np.where(t.inside[cur] == k, cnt + 1, 0), cnt)
+        ok &= ~(into & (cnt > t.limits[k]))
         cur = np.where(valid, nxt, cur)
-    count += within & (cur != loop.state)  # a character begun counts: it must be finished
-    return np.where(within & (lengths > WALK_BYTES), np.maximum(count, lengths), count)
+    k = t.inside[cur]
+    ok &= ~((k >= 0) & (t.loop_at[cur] < 0) & (cnt >= t.limits[k]))  # a character begun without room
+    for i in np.flatnonzero(ok & (lengths > WALK_BYTES)).tolist():
+        ok[i] = step(trans, loops, state, count, vocab.texts[ids[i]])[0] >= 0
+    return ok

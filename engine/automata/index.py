@@ -247,12 +247,13 @@ def _run_states(trans: np.ndarray, run: _Run, states: np.ndarray) -> tuple[np.nd
 
 
 def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tuple[bytes, int], ...] = (),
-                states: np.ndarray | None = None):
+                states: np.ndarray | None = None, boundary: np.ndarray | None = None, hits: list | None = None):
     """Every (state, token, next state) of the byte DFA from ``states`` (all by default), walking
     the trie from all of them at once.
 
     Returns the walked edges and, for states that loop on a character class, the class's tokens
-    as one block each: {state: (token ids, next states)}.
+    as one block each: {state: (token ids, next states)}. With ``boundary`` (see ``_walk``), a
+    class state that is a boundary is walked token by token instead.
     """
     n = trans.shape[0] - 1
     if states is None:
@@ -264,6 +265,8 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
             run = _run_for(trie, char_class)
             looping, m = _run_states(trans, run, group)
             group = np.setdiff1d(group, looping)
+            if boundary is not None:
+                looping, m = looping[~boundary[m].any(axis=1)], m[~boundary[m].any(axis=1)]
             for s, row in zip(looping.tolist(), m):
                 blocks[s] = (run.ids, row[run.k])
                 cur = trans[row[run.exit_k], trie.byte[run.exits]]
@@ -275,7 +278,7 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
             run = _run_for(trie, char_class)
             for s in group.tolist():
                 m = _chain_maps(trans, run, s)
-                if m is None:
+                if m is None or (boundary is not None and boundary[m].any()):
                     continue
                 ok = run.j < len(m)
                 ids, to = run.ids[ok], m[run.j[ok], run.k[ok]]
@@ -292,18 +295,7 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
     row, byte = np.nonzero((first != n) & (root >= 0))
     starts.append((walked[row], root[byte], first[row, byte]))
     src, node, cur = (np.concatenate(p) for p in zip(*starts))
-    parts, total = [], sum(len(b[0]) for b in blocks.values())
-    while len(src):
-        owner, pos = ranges(node, trie.eoff)
-        parts.append((src[owner], trie.ids[pos], cur[owner]))
-        total += len(owner)
-        if total > max_edges:
-            raise CompileError(f"the token automaton exceeds {max_edges} transitions")
-        owner, pos = ranges(node, trie.coff)
-        child = trie.child[pos]
-        nxt = trans[cur[owner], trie.byte[child]]
-        alive = nxt != n
-        src, node, cur = src[owner[alive]], child[alive], nxt[alive]
+    parts = _walk(trans, trie, src, node, cur, max_edges - sum(len(b[0]) for b in blocks.values()), boundary, hits)
     for text, token in extra:
         cur = states
         for b in text:
@@ -315,6 +307,68 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
         return empty, empty, empty, blocks
     src, tok, dst = (np.concatenate(p) for p in zip(*parts))
     return src, tok, dst, blocks
+
+
+def _walk(trans: np.ndarray, trie: _Trie, src: np.ndarray, node: np.ndarray, cur: np.ndarray, max_edges: int,
+          boundary: np.ndarray | None = None, hits: list | None = None) -> list:
+    """Walk the trie down from ``node`` (each at DFA state ``cur``, for ``src``) level by level: the
+    (src, token, next state) of every token ending on the way. With ``boundary`` ((n+1,) bools),
+    every (src, node, state) where the walk stands on a boundary state is appended to ``hits``."""
+    n = trans.shape[0] - 1
+    parts, total = [], 0
+    while len(src):
+        owner, pos = ranges(node, trie.eoff)
+        parts.append((src[owner], trie.ids[pos], cur[owner]))
+        total += len(owner)
+        if total > max_edges:
+            raise CompileError(f"the token automaton exceeds {max_edges} transitions")
+        if boundary is not None:
+            at = boundary[cur]
+            hits.append((src[at], node[at], cur[at]))
+        owner, pos = ranges(node, trie.coff)
+        child = trie.child[pos]
+        nxt = trans[cur[owner], trie.byte[child]]
+        alive = nxt != n
+        src, node, cur = src[owner[alive]], child[alive], nxt[alive]
+    return parts
+
+
+def descend(trans: np.ndarray, trie: _Trie, nodes: np.ndarray, state: int, boundary: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The tokens below the trie ``nodes`` read on from DFA state ``state`` (the nodes' own bytes
+    already read): (tokens, next states, boundary nodes, their states), as ``token_row_hits``."""
+    n = trans.shape[0] - 1
+    _, pos = ranges(nodes, trie.coff)
+    child = trie.child[pos]
+    cur = trans[state, trie.byte[child]]
+    alive = cur != n
+    hits: list = []
+    parts = _walk(trans, trie, np.zeros(int(alive.sum()), dtype=np.int32), child[alive], cur[alive], 1 << 62,
+                  boundary, hits)
+    empty = np.zeros(0, dtype=np.int32)
+    tok = np.concatenate([p[1] for p in parts]) if parts else empty
+    dst = np.concatenate([p[2] for p in parts]) if parts else empty
+    return (tok, dst) + _hits(hits)
+
+
+def token_row_hits(trans: np.ndarray, trie: _Trie, state: int, boundary: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One state's tokens and next states, as ``token_row``, and the trie nodes where a token's
+    bytes stand on a ``boundary`` state partway or at its end, with those states."""
+    hits: list = []
+    _, tok, dst, blocks = token_edges(trans, trie, 1 << 62, (), np.array([state], dtype=np.int32), boundary, hits)
+    if state in blocks:
+        ids, to = blocks[state]
+        live = to != trans.shape[0] - 1
+        tok, dst = np.concatenate([ids[live], tok]), np.concatenate([to[live], dst])
+    return (tok, dst) + _hits(hits)
+
+
+def _hits(hits: list) -> tuple[np.ndarray, np.ndarray]:
+    if not hits:
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
+    return (np.concatenate([h[1] for h in hits]).astype(np.int32),
+            np.concatenate([h[2] for h in hits]).astype(np.int32))
 
 
 def _root_children(trie: _Trie) -> np.ndarray:

@@ -31,20 +31,20 @@ def lazy_tables(regex: str, vocab: Vocab, macro: tuple[str, int] | None = None
     trans, final = byte_dfa(regex)
     n = len(final)
     symbols = [(ch.encode(), i) for i, ch in vocab.symbols.items()] + ([(macro[0].encode(), macro[1])] if macro else [])
-    src, dst = _single_steps(trans, np.flatnonzero(vocab.byte_tokens >= 0), symbols)
+    src, dst = single_steps(trans, np.flatnonzero(vocab.byte_tokens >= 0), symbols)
     steps = bfs(dst, src, np.flatnonzero(final), n)
     if steps[0] >= UNREACHABLE:
         raise CompileError("the regex accepts no string this vocabulary can produce")
     live = np.append(steps < UNREACHABLE, False)
     trans = np.where(live[trans], trans, n).astype(np.int32)
     # whole tokens along the shortest byte paths shorten the bound to about the true token count
-    short = _shortest_path_table(trans, steps)
+    short = shortest_path_table(trans, steps)
     s2, _, d2, _ = token_edges(short, vocabulary_trie(vocab), 1 << 62)
     bound = bfs(np.concatenate([dst, d2]), np.concatenate([src, s2]), np.flatnonzero(final), n)
     return trans, final, bound
 
 
-def _single_steps(trans: np.ndarray, single_bytes: np.ndarray, symbols: list[tuple[bytes, int]]
+def single_steps(trans: np.ndarray, single_bytes: np.ndarray, symbols: list[tuple[bytes, int]]
                   ) -> tuple[np.ndarray, np.ndarray]:
     """The distinct (state, next state) pairs one single-byte token or one whole symbol makes."""
     n = trans.shape[0] - 1
@@ -67,7 +67,7 @@ _PREFERENCE = np.array([0x20, *(b for b in range(256) if b != 0x20)])  # space f
 SHORTCUTS = 3  # distinct next states per state whose shortest-path tokens are walked
 
 
-def _shortest_path_table(trans: np.ndarray, steps: np.ndarray) -> np.ndarray:
+def shortest_path_table(trans: np.ndarray, steps: np.ndarray) -> np.ndarray:
     """The byte DFA cut down to one byte per (state, next state) on a shortest byte path to
     acceptance (a space where it is one, else the lowest byte), for up to SHORTCUTS next states per
     state, so walking the trie through it finds the tokens that spell shortest completions

@@ -28,6 +28,20 @@ def shared_mask(ids: np.ndarray, width: int) -> tuple[bytes, mx.array]:
     return digest, MASKS.get_or_build(digest, lambda: additive_mask(ids, width))
 
 
+def allowed_mask(ids: np.ndarray, final: bool, vocab: Vocab, width: int) -> tuple[bytes, mx.array]:
+    """The shared mask allowing ``ids`` below ``width``, and end-of-sequence when ``final`` (or
+    when nothing else is allowed, so a generation past its end can only stop): (digest, mask)."""
+    ids = ids[ids < width]
+    if final:
+        ids = np.concatenate([ids, np.asarray([i for i in vocab.eos_ids if i < width], dtype=np.int32)])
+    return shared_mask(ids if len(ids) else np.asarray(vocab.eos_ids[:1], dtype=np.int32), width)
+
+
+def eos_mask(vocab: Vocab, width: int) -> mx.array:
+    """The row that allows only the vocabulary's first end-of-sequence token."""
+    return MASKS.get_or_build((vocab.fingerprint, "eos", width), lambda: additive_mask(np.asarray(vocab.eos_ids[:1]), width))
+
+
 class MaskTable:
     """Additive float32 masks (0 allowed, -inf banned) per (state, budget cap), deduplicated."""
 

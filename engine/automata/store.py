@@ -65,8 +65,8 @@ def save(path: Path, key: str, arrays: dict[str, np.ndarray]) -> None:
 def load(path: Path, key: str) -> dict[str, np.ndarray] | None:
     """A cached automaton's arrays, or None when the file is missing, corrupt or for another key.
 
-    Two kinds: an Automaton's (offsets, tokens, targets, final, dist) and a LazyAutomaton's
-    (trans, final, bound).
+    Three kinds: an Automaton's (offsets, tokens, targets, final, dist), a LazyAutomaton's
+    (trans, final, bound) and a LinkedAutomaton's (parts, and trans/final/bound/calls per part).
     """
     try:
         with np.load(path, allow_pickle=False) as z:
@@ -80,6 +80,9 @@ def load(path: Path, key: str) -> dict[str, np.ndarray] | None:
 
 def _consistent(z: dict[str, np.ndarray]) -> bool:
     try:
+        if "parts" in z:
+            return all(_consistent({"trans": z[f"trans{i}"], "final": z[f"final{i}"], "bound": z[f"bound{i}"]})
+                       and z[f"calls{i}"].ndim == 2 for i in range(int(z["parts"])))
         n = len(z["final"])
         if "trans" in z:
             t = z["trans"]

@@ -19,14 +19,14 @@ import math
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import unquote
 
 import jsonschema
 
 from ..errors import SchemaError
 from ..regexes import alternation, escape, sre_constants, sre_parse
-from ..symbols import COUNTER_SLOTS, SPECIAL_CLASS, counter_symbol
+from ..symbols import COUNTER_SLOTS, LINK_SLOTS, SPECIAL_CLASS, counter_symbol, link_symbol
 from .numbers import int_range, number_range
 from .patterns import PatternRegex
 
@@ -89,6 +89,7 @@ class Options:
     max_length: int = 256  # the largest bound on string lengths (each character a DFA state)
     ref_budget: int | None = None  # lenient: $ref expansion characters before references are written loosely
     counters: bool = False  # longer string bounds are counted beside the DFA (automata.counters)
+    link: bool = False  # each referenced definition written once, uses as markers (automata.linked)
 
 
 @dataclass
@@ -96,6 +97,7 @@ class Translation:
     regex: str
     unenforced: list[tuple[str, str]] = field(default_factory=list)  # (pointer, keyword)
     counters: list[int] = field(default_factory=list)  # limits of the counted strings' loops, by marker
+    definitions: list[str] = field(default_factory=list)  # with link: the k-th definition's regex
 
 
 def _json_literal(value: Any) -> str:
@@ -117,6 +119,8 @@ class _Translator:
         self.expanding: list[str] = []  # $refs being expanded, outermost first
         self.expanded = 0  # characters produced by $ref expansions so far
         self.counters: list[int] = []  # the characters each counted string's loop may take
+        self.links: dict[str, int] = {}  # with link: a reference (and its siblings) -> its definition
+        self.definitions: list[str | None] = []  # with link: each definition's regex (None while written)
         # embedded resources: an $id below the root with more than a fragment (a "#name" id is an anchor)
         self.resources = any(isinstance(x.get("$id"), str) and not x["$id"].startswith("#")
                              for x in _subschemas(root) if x is not root)
@@ -191,6 +195,9 @@ class _Translator:
         siblings = {k: v for k, v in s.items() if k != "$ref" and k not in ANNOTATIONS}
         if siblings:
             target = {"allOf": [target, siblings]}
+        if self.o.link:
+            return self.linked(json.dumps([ref, siblings, self.o.strict], sort_keys=True),
+                               lambda: self.value(target, ref), p)
         # only recursion is cut: a chain of distinct $refs is finite and expands in full
         if self.expanding.count(ref) >= self.o.max_depth:
             raise _TooDeep()
@@ -209,6 +216,25 @@ class _Translator:
             raise SchemaError(f"expanding the references gives a regex over {MAX_EXPANSION} characters",
                               pointer=p, keyword="$ref")
         return out
+
+    def linked(self, key: str, write: Callable[[], str], p: str) -> str:
+        """The marker of the definition ``key``, written by ``write`` on first use; a use while it
+        is being written (recursion) is its marker too."""
+        k = self.links.get(key)
+        if k is None:
+            k = len(self.definitions)
+            if k >= LINK_SLOTS:
+                raise SchemaError(f"more than {LINK_SLOTS} referenced definitions", pointer=p, keyword="$ref")
+            self.links[key] = k
+            self.definitions.append(None)
+            try:
+                self.definitions[k] = write()
+            except BaseException:
+                # what was written meanwhile may name this definition: drop it all
+                self.links = {x: i for x, i in self.links.items() if i < k}
+                del self.definitions[k:]
+                raise
+        return link_symbol(k)
 
     def finite_values(self, s: dict, p: str) -> str | None:
         """When ``s`` or a branch of its allOf lists its values (const or enum), the listed values
@@ -542,10 +568,16 @@ class _Translator:
         return alternation([free[t] for t in dict.fromkeys(types)])
 
     def any_value(self, depth: int, p: str) -> str:
-        scalars = [self.string({}, p), NUMBER, BOOLEAN, NULL]
+        """Any JSON value, containers nesting ``depth`` deep; linked, one recursive definition."""
+        if self.o.link:
+            return self.linked('["any value"]', lambda: self.any_shape(self.any_value(depth, p), p), p)
         if depth <= 0:
-            return alternation(scalars)
-        inner = self.any_value(depth - 1, p)
+            return alternation([self.string({}, p), NUMBER, BOOLEAN, NULL])
+        return self.any_shape(self.any_value(depth - 1, p), p)
+
+    def any_shape(self, inner: str, p: str) -> str:
+        """A scalar, or an array or object whose items and values are ``inner``."""
+        scalars = [self.string({}, p), NUMBER, BOOLEAN, NULL]
         ws = self.ws
         arr = rf"\[{ws}(?:{inner}(?:{ws},{ws}{inner})*)?{ws}\]"
         key = '"' + STRING_CHAR + '*"'
@@ -1044,7 +1076,7 @@ def _valid(value: Any, schema: dict, root: Any) -> bool:
 
 def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool = True,
                     max_depth: int = 3, max_repeat: int = 256, max_length: int = 256,
-                    max_chars: int | None = None, counters: bool = False) -> Translation:
+                    max_chars: int | None = None, counters: bool = False, link: bool = False) -> Translation:
     """Translate a JSON schema (dict, bool or JSON text) to a regex over JSON text.
 
     ``max_repeat`` and ``max_length`` are the largest item count and string length written into
@@ -1053,6 +1085,8 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     longer are written as free values of their declared types (listed as unenforced ``$ref``).
     With ``counters``, plain strings with a longer maxLength are written as marked loops whose
     limits are in ``Translation.counters`` (enforced by the grammar, see automata.counters).
+    With ``link``, each referenced definition is written once, in ``Translation.definitions``,
+    and each use as its marker (see automata.linked); recursion then nests without a depth bound.
     """
     if isinstance(schema, (str, bytes)):
         try:
@@ -1061,6 +1095,13 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
             raise SchemaError(f"schema is not valid JSON: {e}") from None
     # lenient mode writes references loosely once their expansion passes a budget, smaller on
     # each try until the regex fits ``max_chars`` (the last also nests free values one level only)
+    if link:
+        t = _Translator(schema, Options(whitespace, strict, max_depth, max_repeat, max_length, None, counters, True))
+        try:
+            regex = t.value(schema, "#")
+        except RecursionError:
+            raise SchemaError("schema nests too deeply to translate") from None
+        return Translation(regex, t.unenforced, t.counters, list(t.definitions))
     budgets = [None] if strict else [MAX_EXPANSION // 4, MAX_EXPANSION // 64, MAX_EXPANSION // 1024, 0]
     for budget in budgets:
         depth = 1 if budget == 0 else max_depth

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import mlx.core as mx
 import numpy as np
 
-from ..automata import UNREACHABLE, additive_mask, shared_mask
+from ..automata import UNREACHABLE, allowed_mask, eos_mask
 from ..automata.masks import MASKS
 from ..errors import BudgetError
 from ..matcher import Matcher
@@ -68,7 +68,6 @@ class ToolGrammar:
         self.outer = self.turn.automaton
         self.min_tokens = self.turn.min_tokens
         self._masks: dict = {}
-        self._eos: dict[int, mx.array] = {}
         self._parser: Parser | None = None
         self._lock = threading.Lock()
 
@@ -192,21 +191,12 @@ class ToolGrammar:
         if budget >= 0:
             for c in state:
                 parts += self._allowed(c, budget)
-        ids = np.unique(np.concatenate(parts))
-        ids = ids[ids < width]
-        if self.is_final(state):
-            ids = np.concatenate([ids, np.asarray([i for i in self.vocab.eos_ids if i < width], np.int32)])
-        if len(ids) == 0:
-            return self.eos_mask(width)
-        digest, m = shared_mask(ids, width)
-        self._masks[key] = digest
+        got = allowed_mask(np.unique(np.concatenate(parts)), self.is_final(state), self.vocab, width)
+        self._masks[key], m = got
         return m
 
     def eos_mask(self, width: int) -> mx.array:
-        m = self._eos.get(width)
-        if m is None:
-            m = self._eos[width] = additive_mask(np.asarray(self.vocab.eos_ids[:1]), width)
-        return m
+        return eos_mask(self.vocab, width)
 
     def fits(self, max_tokens: int) -> bool:
         """The shortest valid turn fits in ``max_tokens``."""

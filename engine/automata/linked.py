@@ -1,0 +1,257 @@
+"""Reference graphs linked instead of expanded: one byte DFA per definition, a call stack in the state.
+
+A schema whose ``$ref``s would expand into too large a regex is translated with each referenced
+definition written once, as a regex of its own, and each use written as a marker no token spells
+(``symbols.link_symbol(k)``). Each regex becomes a byte DFA, a *part* (part 0 is the root). A
+marker's step from ``u`` to ``v`` is a call: the walk enters part ``k`` at its initial state and,
+once ``k`` accepts, may return to ``v``. A configuration is (return stack, part, state); a match
+state is the sorted tuple of the configurations reachable without reading a byte (calls and
+returns), so recursive definitions nest as deep as the budget allows.
+
+Bounds: a part's ``bound`` counts a call as the callee's bound at its initial state, found by
+iterating to a fixpoint (recursion included); a configuration's cost is its state's bound plus
+the bounds of the return states on its stack. The bound is an upper bound on the tokens left
+and consistent (see automata.lazy), so masks that keep the next configuration's cost within the
+tokens left always finish in budget.
+
+A token may straddle parts (``"},{"`` returns from one definition and calls the next): the trie
+walk of a state reports where a token's bytes stand on a state that calls or returns, and the
+rest of the token is walked from that trie node on, in the part it enters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..caches import Cache
+from ..errors import CompileError
+from ..symbols import link_symbol
+from ..vocabulary import Vocab
+from .automaton import UNREACHABLE, bfs
+from .byte_dfa import byte_dfa
+from .index import descend, token_edges, token_row_hits, vocabulary_trie
+from .lazy import shortest_path_table, single_steps
+
+MAX_STACK = 256  # nested calls one configuration may hold: a guard, the budget binds first
+WALKS = Cache("linked walks", 256 << 20, lambda r: sum(a.nbytes for a in r))  # by (key, part, state)
+EDGES = Cache("linked edges", 256 << 20, lambda r: r[0].nbytes + r[1].nbytes)  # by (key, configuration)
+CLOSURES = Cache("linked closures", 1 << 18)  # by (key, configuration)
+
+Config = tuple  # (stack: tuple of (part, state) return points, part, state)
+
+
+def link_tables(regexes: list[str], vocab: Vocab) -> dict[str, np.ndarray]:
+    """For the root regex and the definitions after it (marker k calls part k + 1), each part's byte DFA with dead states cut, its calls and its bound, as named arrays:
+    ``trans{i}``, ``final{i}``, ``calls{i}`` ((m, 3): state, callee, return state), ``bound{i}``."""
+    trie = vocabulary_trie(vocab)
+    single = np.flatnonzero(vocab.byte_tokens >= 0)
+    symbols = [(ch.encode(), i) for i, ch in vocab.symbols.items()]
+    out: dict[str, np.ndarray] = {"parts": np.array(len(regexes))}
+    edges = []
+    for i, regex in enumerate(regexes):
+        trans, final = byte_dfa(regex)
+        n = len(final)
+        calls = [np.zeros((0, 3), dtype=np.int32)]
+        for k in range(len(regexes) - 1):  # marker k calls part k + 1
+            if link_symbol(k) in regex:
+                cur = np.arange(n)
+                for b in link_symbol(k).encode():
+                    cur = trans[cur, b]
+                at = np.flatnonzero(cur != n)
+                calls.append(np.stack([at, np.full(len(at), k + 1), cur[at]], axis=1).astype(np.int32))
+        call = np.concatenate(calls)
+        src, dst = single_steps(trans, single, symbols)
+        # reachability to acceptance counts a call as one step; the weights come below
+        steps = bfs(np.concatenate([dst, call[:, 2]]), np.concatenate([src, call[:, 0]]), np.flatnonzero(final), n)
+        live = np.append(steps < UNREACHABLE, False)
+        trans = np.where(live[trans], trans, n).astype(np.int32)
+        call = call[live[call[:, 0]] & live[call[:, 2]]]
+        s2, _, d2, _ = token_edges(shortest_path_table(trans, steps), trie, 1 << 62)
+        edges.append((np.concatenate([src, s2]), np.concatenate([dst, d2])))
+        out[f"trans{i}"], out[f"final{i}"], out[f"calls{i}"] = trans, final, call
+    weights = np.full(len(regexes), UNREACHABLE, dtype=np.int64)
+    for _ in range(len(regexes) + 2):
+        bounds = [_weighted_bound(*edges[i], out[f"calls{i}"], weights, out[f"final{i}"])
+                  for i in range(len(regexes))]
+        new = np.array([b[0] for b in bounds], dtype=np.int64)
+        if (new == weights).all():
+            break
+        weights = new
+    if bounds[0][0] >= UNREACHABLE:
+        raise CompileError("the linked definitions accept no string this vocabulary can produce")
+    for i, b in enumerate(bounds):
+        out[f"bound{i}"] = b
+    return out
+
+
+def _weighted_bound(src: np.ndarray, dst: np.ndarray, calls: np.ndarray, weights: np.ndarray, final: np.ndarray
+                    ) -> np.ndarray:
+    """Fewest tokens to acceptance along token edges and calls, a call weighing its callee's bound
+    (written as a chain of that many steps through extra nodes, so a plain BFS counts it)."""
+    n = len(final)
+    w = weights[calls[:, 1]] if len(calls) else np.zeros(0, dtype=np.int64)
+    ok = w < UNREACHABLE
+    c, w = calls[ok], np.maximum(w[ok], 1)
+    if len(c):
+        e = np.repeat(np.arange(len(c)), w)
+        j = np.arange(int(w.sum())) - np.repeat(np.cumsum(w) - w, w)
+        base = n + np.repeat(np.cumsum(w - 1) - (w - 1), w)
+        a = np.where(j == 0, c[e, 0], base + j - 1)
+        b = np.where(j == w[e] - 1, c[e, 2], base + j)
+        src, dst = np.concatenate([src, a]), np.concatenate([dst, b])
+        total = n + int((w - 1).sum())
+    else:
+        total = n
+    return bfs(dst.astype(np.int64), src.astype(np.int64), np.flatnonzero(final), total)[:n]
+
+
+class LinkedAutomaton:
+    """The parts of a linked schema and matching over them; states are tuples of configurations."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], vocab: Vocab, key: str) -> None:
+        count = int(arrays["parts"])
+        self.trans = [arrays[f"trans{i}"] for i in range(count)]
+        self.final = [arrays[f"final{i}"] for i in range(count)]
+        self.bound = [arrays[f"bound{i}"] for i in range(count)]
+        self.calls: list[dict[int, list[tuple[int, int]]]] = []
+        self.boundary = []
+        for i in range(count):
+            at: dict[int, list[tuple[int, int]]] = {}
+            for u, k, v in arrays[f"calls{i}"].tolist():
+                at.setdefault(u, []).append((k, v))
+            self.calls.append(at)
+            edge = np.append(self.final[i], False)
+            edge[list(at)] = True
+            self.boundary.append(edge)
+        self.vocab = vocab
+        self.key = key
+        self._stack_cost: dict[tuple, int] = {(): 0}
+        self._check_left_recursion()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes + f.nbytes + b.nbytes for t, f, b in zip(self.trans, self.final, self.bound))
+
+    @property
+    def min_tokens(self) -> int:
+        return int(self.bound[0][0])
+
+    def fits(self, budget: int) -> bool:
+        return self.min_tokens <= budget
+
+    def _check_left_recursion(self) -> None:
+        """A definition that calls itself before reading a byte would nest without end."""
+        for start in range(len(self.trans)):
+            todo, seen = [start], set()
+            while todo:
+                for k, _ in self.calls[todo.pop()].get(0, ()):
+                    if k == start:
+                        raise CompileError(f"linked definition {start} refers to itself before any character")
+                    if k not in seen:
+                        seen.add(k)
+                        todo.append(k)
+
+    # --- configurations -------------------------------------------------------------------
+
+    def stack_cost(self, stack: tuple) -> int:
+        c = self._stack_cost.get(stack)
+        if c is None:
+            p, v = stack[-1]
+            c = self._stack_cost[stack] = self.stack_cost(stack[:-1]) + int(self.bound[p][v])
+        return c
+
+    def cost(self, c: Config) -> int:
+        return int(self.bound[c[1]][c[2]]) + self.stack_cost(c[0])
+
+    def closure(self, c: Config) -> tuple:
+        """``c`` and the configurations it reaches without a byte: calls and returns."""
+        got = CLOSURES.get((self.key, c))
+        if got is not None:
+            return got
+        out, seen, i = [c], {c}, 0
+        while i < len(out):
+            stack, p, s = out[i]
+            i += 1
+            nxt = []
+            if len(stack) < MAX_STACK:
+                nxt += [(stack + ((p, v),), k, 0) for k, v in self.calls[p].get(s, ())]
+            if stack and self.final[p][s]:
+                nxt.append((stack[:-1], *stack[-1]))
+            for x in nxt:
+                if x not in seen:
+                    seen.add(x)
+                    out.append(x)
+        return CLOSURES.put((self.key, c), tuple(out))
+
+    @property
+    def initial_state(self) -> tuple:
+        return tuple(sorted(self.closure(((), 0, 0))))
+
+    def step(self, state: tuple, text: bytes, left: int) -> tuple | None:
+        """The state after the bytes ``text``, keeping configurations that finish within ``left``."""
+        cur = set(state)
+        for b in text:
+            nxt = set()
+            for stack, p, s in cur:
+                t = int(self.trans[p][s, b])
+                if t != len(self.final[p]):
+                    nxt.update(self.closure((stack, p, t)) if self.boundary[p][t] else ((stack, p, t),))
+            if not nxt:
+                return None
+            cur = nxt
+        out = tuple(sorted(c for c in cur if self.cost(c) <= max(left, 0)))
+        return out or None
+
+    def is_final(self, state: tuple) -> bool:
+        return any(not stack and self.final[p][s] for stack, p, s in state)
+
+    def is_complete(self, state: tuple) -> bool:
+        return self.is_final(state) and all(len(self.edges(c)[0]) == 0 for c in state)
+
+    # --- tokens ---------------------------------------------------------------------------
+
+    def edges(self, c: Config) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens ``c`` may read, each with the cost of the configuration it ends in."""
+        def build():
+            toks: list = []
+            costs: list = []
+            self._read(c, self._walk(c[1], c[2]), toks, costs)
+            return np.concatenate(toks), np.concatenate(costs)
+        return EDGES.get_or_build((self.key, c), build)
+
+    def _read(self, c: Config, walked: tuple, toks: list, costs: list) -> None:
+        """Collect the tokens of one walk from ``c`` and follow every boundary it stood on into the
+        configurations entered there (the rest of the token read from that trie node on)."""
+        stack, p, _ = c
+        tok, dst, hit_node, hit_state = walked
+        toks.append(tok)
+        costs.append(self.bound[p][dst].astype(np.int64) + self.stack_cost(stack))
+        if not len(hit_node):
+            return
+        trie = vocabulary_trie(self.vocab)
+        for u in np.unique(hit_state).tolist():
+            nodes = hit_node[hit_state == u]  # every token standing on u walks on together
+            for e in self.closure((stack, p, u))[1:]:
+                self._read(e, descend(self.trans[e[1]], trie, nodes, e[2], self.boundary[e[1]]), toks, costs)
+
+    def _walk(self, p: int, s: int) -> tuple:
+        """Part ``p``'s tokens from state ``s``: (tokens, next states, boundary nodes, their states)."""
+        return WALKS.get_or_build((self.key, p, s), lambda: token_row_hits(
+            self.trans[p], vocabulary_trie(self.vocab), s, self.boundary[p]))
+
+    def allowed(self, state: tuple, budget: int) -> np.ndarray:
+        """Token ids whose next state can still finish within ``budget`` tokens after them."""
+        seen = np.zeros(len(self.vocab.texts), dtype=bool)  # cheaper than sorting 150k ids
+        for c in state:
+            toks, costs = self.edges(c)
+            seen[toks[costs <= budget]] = True
+        return np.flatnonzero(seen).astype(np.int32)
+
+    def cap(self, state: tuple) -> int:
+        """The largest budget that can still change this state's mask."""
+        cap = 0
+        for c in state:
+            costs = self.edges(c)[1]
+            costs = costs[costs < UNREACHABLE]
+            cap = max(cap, int(costs.max(initial=0)))
+        return cap

@@ -1,0 +1,185 @@
+"""Linked reference graphs (engine.automata.linked): each definition compiled once, calls and
+returns in the match state.
+
+Linking must not change the language where expansion is exact: on every fixture schema with
+references that both compile, random walks see the same masks and the fixture instances the same
+verdicts. Where expansion cuts recursion at max_depth, linking nests as deep as the instance
+goes, and hypothesis-drawn trees (and near misses) get jsonschema's verdict token by token, the
+mask allowing a token exactly when the step takes it. Under every budget from the minimum up, a
+random client that samples only allowed tokens ends with a complete, valid value.
+"""
+
+import json
+import random
+
+import jsonschema
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import engine
+from conftest import DATA, scale
+from instances import canonical_text
+from engine.errors import BudgetError, CompileError, SchemaError
+from engine.grammar import LinkedGrammar
+
+BIG = 1 << 30
+TREE = {"$defs": {"node": {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 4},
+    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3}},
+    "required": ["name"], "additionalProperties": False}}, "$ref": "#/$defs/node"}
+# two definitions calling each other, an any-value leaf, numbers that end where the caller goes on
+MUTUAL = {"definitions": {
+    "expr": {"anyOf": [{"type": "integer", "minimum": -50, "maximum": 5000}, {"$ref": "#/definitions/call"}]},
+    "call": {"type": "object", "properties": {"fn": {"enum": ["add", "neg"]},
+                                               "args": {"type": "array", "items": {"$ref": "#/definitions/expr"}},
+                                               "meta": {}},
+             "required": ["fn", "args"]}},
+    "type": "array", "items": {"$ref": "#/definitions/expr"}, "minItems": 1}
+
+
+def _mask(g, state, left):
+    return np.flatnonzero(np.array(g.mask(state, left, g.vocab.size)).reshape(-1) == 0)
+
+
+def _verdict(tok, g, schema, value, masks=True):
+    """Walk ``value`` as the engine writes JSON; the verdict must be jsonschema's (and with
+    ``masks``, each token allowed by the mask exactly when the step takes it)."""
+    text = canonical_text(value, schema)
+    ids = tok.encode(text, add_special_tokens=False)
+    state = g.initial_state
+    for t in ids:
+        nxt = g.step(state, t, BIG)
+        if masks:
+            allowed = np.array(g.mask(state, BIG, g.vocab.size)).reshape(-1)[t] == 0
+            assert allowed == (nxt is not None), (text[:200], t, allowed)
+        state = nxt
+        if state is None:
+            break
+    accepted = state is not None and g.is_final(state)
+    valid = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema).is_valid(value)
+    assert accepted == valid, (text[:300], accepted, valid)
+    return valid
+
+
+def _ref_rows():
+    rows = []
+    for path in sorted((DATA / "jsonschemabench").glob("*.jsonl")):
+        rows += [json.loads(line) for line in open(path)]
+    return [r for r in rows if "$ref" in json.dumps(r["schema"])]
+
+
+def test_linked_equals_expanded_on_fixture_schemas(qwen3_tokenizer):
+    """Same masks along random walks and the same verdicts on the fixture instances, for every
+    fixture schema with references that compiles both ways."""
+    rng = random.Random(7)
+    special = set(qwen3_tokenizer.all_special_ids)  # a property the tokenizer recomputes per call
+    compared = 0
+    for row in _ref_rows():
+        try:
+            expanded = engine.compile_json_schema(qwen3_tokenizer, row["schema"], link=False)
+            linked = engine.compile_json_schema(qwen3_tokenizer, row["schema"], link=True)
+        except (SchemaError, CompileError):
+            continue
+        assert isinstance(linked, LinkedGrammar) and not isinstance(expanded, LinkedGrammar)
+        compared += 1
+        for _ in range(scale(4, 20)):
+            se, sl = expanded.initial_state, linked.initial_state
+            for _ in range(80):
+                me, ml = _mask(expanded, se, BIG), _mask(linked, sl, BIG)
+                assert np.array_equal(me, ml), row["id"]
+                choices = [t for t in me.tolist() if t not in special]
+                if not choices:
+                    break
+                t = rng.choice(choices)
+                se, sl = expanded.step(se, t, BIG), linked.step(sl, t, BIG)
+                assert se is not None and sl is not None
+                assert expanded.is_final(se) == linked.is_final(sl)
+        for test in row["tests"]:
+            ids = qwen3_tokenizer.encode(canonical_text(test["data"], row["schema"]), add_special_tokens=False)
+            verdicts = []
+            for g in (expanded, linked):
+                s = g.walk(ids)
+                verdicts.append(s is not None and g.is_final(s))
+            assert verdicts[0] == verdicts[1], (row["id"], test["description"])
+    assert compared >= 3
+
+
+def _trees(depth):
+    leaf = st.fixed_dictionaries({"name": st.text("abcé\"\\", max_size=5)})
+    if depth == 0:
+        return leaf
+    return leaf | st.fixed_dictionaries({"name": st.text("ab", max_size=5)},
+                                        optional={"kids": st.lists(_trees(depth - 1), max_size=4)})
+
+
+@settings(max_examples=scale(40, 400), deadline=None, suppress_health_check=list(HealthCheck))
+@given(tree=_trees(6), drop=st.sampled_from([None, None, None, "name", "extra"]))
+def test_recursive_trees_agree_with_jsonschema(qwen3_tokenizer, tree, drop):
+    """Trees nest up to 7 levels (expansion would cut at max_depth=3); near misses: long names,
+    four kids, a missing name, an undeclared key."""
+    g = engine.compile_json_schema(qwen3_tokenizer, TREE, link=True)
+    value = dict(tree)
+    if drop == "name":
+        value.pop("name")
+    elif drop == "extra":
+        value["x"] = 1
+    _verdict(qwen3_tokenizer, g, TREE, value)
+
+
+def _exprs(depth):
+    num = st.integers(-60, 5010)
+    if depth == 0:
+        return num
+    return num | st.fixed_dictionaries({"fn": st.sampled_from(["add", "neg", "mul"]),
+                                        "args": st.lists(_exprs(depth - 1), max_size=3)},
+                                       optional={"meta": st.none() | st.lists(st.integers(), max_size=2)
+                                                 | st.dictionaries(st.text("k", max_size=2), st.booleans(), max_size=2)})
+
+
+@settings(max_examples=scale(40, 400), deadline=None, suppress_health_check=list(HealthCheck))
+@given(items=st.lists(_exprs(4), max_size=4))
+def test_mutual_recursion_agrees_with_jsonschema(qwen3_tokenizer, items):
+    """Definitions calling each other, numbers whose end is only known when the caller goes on,
+    and an any-value leaf (one recursive definition when linked)."""
+    g = engine.compile_json_schema(qwen3_tokenizer, MUTUAL, link=True)
+    _verdict(qwen3_tokenizer, g, MUTUAL, items)
+
+
+@pytest.mark.parametrize("schema", [TREE, MUTUAL], ids=["tree", "mutual"])
+def test_random_client_finishes_valid_in_every_budget(qwen3_tokenizer, schema):
+    """A client that samples uniformly among allowed tokens (end-of-sequence when it is allowed,
+    half the time) ends complete and valid for every max_tokens from the minimum up."""
+    g = engine.compile_json_schema(qwen3_tokenizer, schema, link=True)
+    eos = set(qwen3_tokenizer.all_special_ids) & set(g.vocab.eos_ids)
+    rng = random.Random(3)
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    for max_tokens in range(g.min_tokens, g.min_tokens + scale(12, 40)):
+        for _ in range(scale(3, 10)):
+            state, out = g.initial_state, []
+            while True:
+                allowed = _mask(g, state, max_tokens - len(out)).tolist()
+                assert allowed, (max_tokens, out)
+                ends = [t for t in allowed if t in eos]
+                if ends and (len(ends) == len(allowed) or rng.random() < 0.5):
+                    break
+                t = rng.choice([t for t in allowed if t not in eos])
+                out.append(t)
+                state = g.step(state, t, max_tokens - len(out))
+                assert state is not None
+            assert len(out) <= max_tokens and g.is_final(state)
+            validator.validate(json.loads(qwen3_tokenizer.decode(out)))
+    with pytest.raises(BudgetError):
+        g.matcher(g.min_tokens - 1)
+
+
+def test_linking_compiles_what_expansion_refuses(qwen3_tokenizer):
+    """Github_ultra o10335 (VS Code's debug protocol, 115 definitions): expanding its references
+    passes the regex bound; linked, it compiles in strict mode and checks its instances."""
+    row = next(r for r in _ref_rows() if r["id"] == "Github_ultra---o10335")
+    with pytest.raises(SchemaError, match="expanding the references"):
+        engine.compile_json_schema(qwen3_tokenizer, row["schema"], link=False)
+    g = engine.compile_json_schema(qwen3_tokenizer, row["schema"])
+    assert isinstance(g, LinkedGrammar) and len(g.definitions) > 100
+    for test in row["tests"]:
+        _verdict(qwen3_tokenizer, g, row["schema"], test["data"], masks=False)
