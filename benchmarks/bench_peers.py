@@ -98,7 +98,7 @@ class Toolgate:
             g = engine.compile_json_schema(self.tok, schema, strict=self.strict, timeout=None)
         except engine.ToolgateError as e:
             raise Refused(f"{type(e).__name__}: {e}") from None
-        g.mask(0, BIG, WIDTH)
+        g.mask(g.initial_state, BIG, WIDTH)
         return g
 
     def matcher(self, g):
@@ -131,7 +131,8 @@ class Toolgate:
         memory = time.perf_counter() - t
         engine.clear_caches(vocabularies=False)
         t = time.perf_counter()
-        engine.compile_json_schema(self.tok, schema, strict=self.strict, timeout=None).mask(0, BIG, WIDTH)
+        g = engine.compile_json_schema(self.tok, schema, strict=self.strict, timeout=None)
+        g.mask(g.initial_state, BIG, WIDTH)
         return {"warm_memory": memory, "warm_disk": time.perf_counter() - t}
 
 

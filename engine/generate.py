@@ -158,8 +158,8 @@ def _result(tokenizer: Any, grammar: Any, ids: list[int], out: list[int], flags:
             result.finish_reason = "length"
             result.content = text
     elif grammar is not None:
-        state = grammar.automaton.walk(out)
-        result.finish_reason = "stop" if state >= 0 and grammar.automaton.final[state] else "length"
+        state = grammar.walk(out)
+        result.finish_reason = "stop" if state is not None and grammar.is_final(state) else "length"
         result.parsed, result.errors = grammar.validate(text)
     else:
         result.finish_reason = "stop" if ended else "length"

@@ -114,6 +114,8 @@ CASES = [
       "dependentRequired": {"a": ["b"]}}, ['{}', '{"b":2}'], ['{"a":1}']),
     ({"type": "object", "properties": {"x_1": {"type": "integer"}, "y": {"type": "string"}},
       "patternProperties": {"^x_": {"minimum": 5}}}, ['{"x_1":5}', '{"y":"q"}'], ['{"x_1":4}']),
+    ({"type": "object", "patternProperties": {".*": {"type": "string"}}},  # every key matches: free keys
+     ['{}', '{"a":"x","Content-Type":"y"}'], ['{"a":1}', '{"a":"x","b":null}']),
     ({"type": "object", "required": ["k"]}, ['{"k":[1,{"a":null}]}'], ['{}']),
     ({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
                 {"properties": {"a": {"minimum": 10}}}]}, ['{"a":10}'], ['{"a":9}']),

@@ -77,6 +77,8 @@ TYPE_KEYWORDS = {
                "patternProperties", "propertyNames", "dependencies", "dependentRequired"},
 }
 TYPE_KEYWORDS["integer"] = TYPE_KEYWORDS["number"]
+# patternProperties patterns that re.search finds in every string (so in every key)
+MATCH_ANY_KEY = {"", ".*", "^.*", ".*$", "^", "$", "(.*)", "^(.*)"}
 ALL_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 
 
@@ -816,6 +818,9 @@ class _Translator:
                 if rx.search(name):
                     props[name] = {"allOf": [props[name], ps]}
             extra = False  # undeclared keys are never written, so none can break a pattern
+        patterns = s.get("patternProperties") or {}
+        if not props and len(patterns) == 1 and next(iter(patterns)) in MATCH_ANY_KEY:
+            extra = next(iter(patterns.values()))  # every key matches: free keys take its schema
         if s.get("propertyNames") not in (None, True, {}):
             bad = [n for n in props if not _valid(n, s["propertyNames"], self.root)]
             for name in bad:
