@@ -152,7 +152,7 @@ class LinkedGrammar(Grammar):
     state a tuple of its configurations."""
 
     definitions: list[str] = field(default_factory=list)
-    _masks: dict = field(default_factory=dict, repr=False)  # (state, budget cap, width) -> mask digest
+    _masks: dict = field(default_factory=dict, repr=False)  # (state, budget cap, width) -> mask digest; ("cap", state) -> cap
 
     def __post_init__(self) -> None:
         pass  # no counted loops: a linked schema writes long strings as the DFA counts them
@@ -173,7 +173,10 @@ class LinkedGrammar(Grammar):
 
     def mask(self, state: Any, left: int, width: int) -> mx.array:
         budget = left - 1
-        key = (state, min(budget, self.automaton.cap(state)), width)
+        cap = self._masks.get(("cap", state))
+        if cap is None:
+            cap = self._masks[("cap", state)] = self.automaton.cap(state)
+        key = (state, min(budget, cap), width)
         digest = self._masks.get(key)
         m = MASKS.get(digest) if digest is not None else None
         if m is not None:
