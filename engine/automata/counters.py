@@ -139,7 +139,20 @@ def tables(trans: np.ndarray, loops: dict[int, Loop]) -> Tables:
 def fits(trans: np.ndarray, loops: dict[int, Loop], t: Tables, state: int, count: int, vocab: Vocab,
          ids: np.ndarray) -> np.ndarray:
     """Which tokens of ``ids`` (allowed from ``state`` by the DFA) ``step`` takes from (``state``,
-    ``count``): their first WALK_BYTES bytes walked side by side, longer tokens one by one."""
+    ``count``): their first WALK_BYTES bytes walked side by side, longer tokens one by one. Only
+    tokens with more bytes than the room left (plus the bytes to a loop, from outside one) are
+    walked: a character is at least a byte."""
+    matrix, all_lengths = token_matrix(vocab)
+    k = t.inside[state]
+    room = t.limits[k] - count if k >= 0 else t.reach[state] + t.limits[:-1].min()
+    ok = all_lengths[ids] <= room
+    walk = np.flatnonzero(~ok)
+    ok[walk] = _fits(trans, loops, t, state, count, vocab, ids[walk])
+    return ok
+
+
+def _fits(trans: np.ndarray, loops: dict[int, Loop], t: Tables, state: int, count: int, vocab: Vocab,
+          ids: np.ndarray) -> np.ndarray:
     matrix, all_lengths = token_matrix(vocab)
     m, lengths = matrix[ids], all_lengths[ids]
     cur = np.full(len(ids), state, dtype=np.int64)
