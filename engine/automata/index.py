@@ -35,6 +35,8 @@ class _Trie:
 
     ``child[coff[n]:coff[n+1]]`` are node n's children, ``byte[c]`` the byte leading to child c,
     ``ids[eoff[n]:eoff[n+1]]`` the token ids whose bytes end exactly at node n.
+    Nodes are numbered breadth first: ``doff[d]:doff[d+1]`` are the nodes d bytes deep.
+    ``node_of_id[i]`` is the node token i ends at (the node count when i has no text).
     """
 
     child: np.ndarray
@@ -43,6 +45,8 @@ class _Trie:
     ids: np.ndarray
     eoff: np.ndarray
     parent: np.ndarray
+    doff: np.ndarray
+    node_of_id: np.ndarray
     key: str  # the vocabulary's fingerprint
 
 
@@ -53,7 +57,7 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
         if got is not None:
             return got
         node_of = {b"": 0}
-        parent, byte, ends = [0], [0], []
+        parent, byte, depth, ends = [0], [0], [0], []
         for text, ids in vocab.outlines_map.items():
             for d in range(1, len(text) + 1):
                 prefix = text[:d]
@@ -61,17 +65,31 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
                     node_of[prefix] = len(parent)
                     parent.append(node_of[text[:d - 1]])
                     byte.append(text[d - 1])
+                    depth.append(d)
             node = node_of[text]
             ends += [(node, i) for i in ids]
+        # number the nodes breadth first (by depth, then parent, then byte): a depth is one range
+        parent, byte, depth = np.asarray(parent), np.asarray(byte, dtype=np.uint8), np.asarray(depth)
         n = len(parent)
-        parents = np.asarray(parent[1:], dtype=np.int64)
-        coff = np.concatenate([[0], np.cumsum(np.bincount(parents, minlength=n))])
+        by_depth = np.argsort(depth, kind="stable")
+        doff = np.concatenate([[0], np.cumsum(np.bincount(depth))])
+        new = np.zeros(n, dtype=np.int64)
+        for d in range(1, len(doff) - 1):
+            level = by_depth[doff[d]:doff[d + 1]]
+            level = level[np.argsort(new[parent[level]] * 256 + byte[level], kind="stable")]
+            new[level] = np.arange(doff[d], doff[d + 1])
+        old = np.argsort(new)
+        parent = new[parent[old]].astype(np.int32)
         end = np.asarray(ends, dtype=np.int64).reshape(-1, 2)
+        end[:, 0] = new[end[:, 0]]
         order = np.argsort(end[:, 0], kind="stable")
-        eoff = np.concatenate([[0], np.cumsum(np.bincount(end[:, 0], minlength=n))])
-        got = _Trie(child=(np.argsort(parents, kind="stable") + 1).astype(np.int32), coff=coff,
-                    byte=np.asarray(byte, dtype=np.uint8), ids=end[order, 1].astype(np.int32), eoff=eoff,
-                    parent=np.asarray(parent, dtype=np.int32), key=vocab.fingerprint)
+        node_of_id = np.full(int(end[:, 1].max(initial=-1)) + 1, n, dtype=np.int32)  # n: no node
+        node_of_id[end[:, 1]] = end[:, 0]
+        got = _Trie(child=(np.argsort(parent[1:], kind="stable") + 1).astype(np.int32),
+                    coff=np.concatenate([[0], np.cumsum(np.bincount(parent[1:], minlength=n))]),
+                    byte=byte[old], ids=end[order, 1].astype(np.int32),
+                    eoff=np.concatenate([[0], np.cumsum(np.bincount(end[:, 0], minlength=n))]),
+                    parent=parent, doff=doff, node_of_id=node_of_id, key=vocab.fingerprint)
         return TRIES.put(vocab.fingerprint, got)
 
 
@@ -119,27 +137,23 @@ def _run(trie: "_Trie", char_class: str) -> _Run:
                 tree.append((a, b, d))
                 nxt.append(d)
         frontier = nxt
-    # walk the trie inside the class only: a node that leaves it is an exit, and below it nothing is
-    node_k = np.full(len(trie.parent), -1, dtype=np.int32)
+    # every trie node's class state (c once it has left the class), one depth at a time
+    node_k = np.full(len(trie.parent) + 1, c, dtype=np.int32)  # and one for "no node"
     node_k[0] = 0
-    node_j = np.zeros(len(trie.parent), dtype=np.int32)
-    frontier, exits = np.array([0]), []
-    while len(frontier):
-        owner, pos = ranges(frontier, trie.coff)
-        child = trie.child[pos]
-        step = trans[node_k[frontier[owner]], trie.byte[child]]
-        alive = step != c
-        node_k[child[alive]] = step[alive]
-        node_j[child[alive]] = node_j[frontier[owner[alive]]] + (step[alive] == 0)
-        exits.append(child[~alive])
-        frontier = child[alive]
-    inside = np.flatnonzero(node_k >= 0)[1:]
-    owner, pos = ranges(inside, trie.eoff)
-    ids, k, j = trie.ids[pos], node_k[inside[owner]], node_j[inside[owner]]
-    order = np.argsort(ids)
-    exits = np.sort(np.concatenate(exits)).astype(np.int32)
+    node_j = np.zeros(len(trie.parent) + 1, dtype=np.int32)
+    flat = trans.reshape(-1)
+    for d in range(1, len(trie.doff) - 1):
+        lo, hi = trie.doff[d], trie.doff[d + 1]
+        up = trie.parent[lo:hi]
+        step = flat[node_k[up] * 256 + trie.byte[lo:hi]]
+        node_k[lo:hi] = step
+        node_j[lo:hi] = node_j[up] + (step == 0)
+    # an exit is a node whose byte first leaves the class; nothing below it is inside
+    exits = np.flatnonzero((node_k[:-1] == c) & (node_k[trie.parent] != c)).astype(np.int32)
+    ids = np.flatnonzero(node_k[trie.node_of_id] != c).astype(np.int32)
+    end = trie.node_of_id[ids]
     one_byte = np.flatnonzero(trans[0, :128] == 0)
-    return _Run(trans, edges, np.asarray(tree, dtype=np.int64).reshape(-1, 3), ids[order], k[order], j[order],
+    return _Run(trans, edges, np.asarray(tree, dtype=np.int64).reshape(-1, 3), ids, node_k[end], node_j[end],
                 exits, node_k[trie.parent[exits]], node_j[trie.parent[exits]],
                 int(one_byte[0]) if len(one_byte) else -1)
 
