@@ -148,7 +148,7 @@ def cmd_build(args) -> int:
     from .default_model import shipped_model_dir, train_default_model
 
     out = Path(args.out) if args.out else shipped_model_dir()
-    settings = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
+    settings = {k: v for k in ("steps", "seed", "dialogues") if (v := getattr(args, k)) is not None}
     manifest = train_default_model(out, **settings)
     print(json.dumps({"folder": str(out), **{k: manifest[k] for k in ("version", "settings", "parameters",
                       "loss_first", "loss_last", "train_seconds")}}, indent=2))
@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--out", help="folder to write (default: the package's engine/embedded_model)")
     build.add_argument("--steps", type=int, help="training steps (default: the shipped model's)")
     build.add_argument("--seed", type=int, help="seed (default: the shipped model's)")
+    build.add_argument("--dialogues", type=int, help="training dialogues generated (default: the shipped model's)")
     for name, helptext in (("formats", "the tool-call formats and the one a tokenizer resolves to"),
                            ("check", "compile each tool and report its size, shortest call and unenforced keywords")):
         p = sub.add_parser(name, help=helptext)

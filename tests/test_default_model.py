@@ -62,7 +62,9 @@ def test_greedy_answers_pick_the_fitting_tool():
 def test_the_build_command_trains_into_a_folder(tmp_path, capsys):
     from engine.cli import main
 
-    assert main(["build-default-model", "--out", str(tmp_path / "m"), "--steps", "5", "--seed", "3"]) == 0
+    assert main(["build-default-model", "--out", str(tmp_path / "m"), "--steps", "5", "--seed", "3",
+                 "--dialogues", "200"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["settings"]["steps"] == 5 and report["settings"]["seed"] == 3
+    assert report["settings"]["dialogues"] == 200
     assert dm.read_manifest(tmp_path / "m")["files"].keys() >= {"model.safetensors", "tokenizer.json", "config.json"}
