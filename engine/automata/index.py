@@ -17,7 +17,7 @@ import numpy as np
 
 from ..caches import Cache
 from ..errors import CompileError
-from ..symbols import SPECIAL_CLASS
+from ..symbols import FORGE_BYTE, SPECIAL_CLASS
 from ..vocabulary import Vocab
 from .automaton import UNREACHABLE, Automaton, bfs, ranges, state_graph
 from .byte_dfa import byte_dfa
@@ -90,6 +90,8 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
                     byte=byte[old], ids=end[order, 1].astype(np.int32),
                     eoff=np.concatenate([[0], np.cumsum(np.bincount(end[:, 0], minlength=n))]),
                     parent=parent, doff=doff, node_of_id=node_of_id, key=vocab.fingerprint)
+        for char_class in COMMON_CLASSES:
+            _run_for(got, char_class)
         return TRIES.put(vocab.fingerprint, got)
 
 
@@ -171,7 +173,9 @@ def _run_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray
     return _classes_by_bytes(trans, states[many], loops[many])
 
 
-_LEAD_BYTES = np.arange(0xC2, 0xF5)  # the bytes that begin a non-ASCII UTF-8 character
+# the bytes that begin a non-ASCII UTF-8 character, but the symbols' (no ordinary token holds it,
+# and a class beside the symbols, a JSON string's, steps on every other lead byte)
+_LEAD_BYTES = np.setdiff1d(np.arange(0xC2, 0xF5), [FORGE_BYTE])
 
 
 def _classes_by_bytes(trans: np.ndarray, states: np.ndarray, inside: np.ndarray) -> list[tuple[np.ndarray, list[str]]]:
@@ -187,7 +191,7 @@ def _classes_by_bytes(trans: np.ndarray, states: np.ndarray, inside: np.ndarray)
     for g in range(len(keys)):
         ins = np.flatnonzero(np.unpackbits(keys[g][:16])[:128])
         outside = np.setdiff1d(np.arange(128), ins)
-        classes = [f"[^{_hex(outside)}{SPECIAL_CLASS}]"] if keys[g][16] else []
+        classes = [_all_but(outside)] if keys[g][16] else []
         out.append((states[inverse.reshape(-1) == g], classes + [f"[{_hex(ins)}]"]))
     return out
 
@@ -247,6 +251,16 @@ def _hex(byte_values: np.ndarray) -> str:
     return "".join(f"\\x{b:02X}" for b in byte_values)
 
 
+def _all_but(ascii_bytes) -> str:
+    """The character class of every character but these ASCII bytes and the symbols."""
+    return f"[^{_hex(ascii_bytes)}{SPECIAL_CLASS}]"
+
+
+# The classes of a JSON string's characters and of free text: nearly every grammar has a state
+# looping on one of them, so their runs are built with the vocabulary's trie.
+COMMON_CLASSES = (_all_but(np.r_[0:0x20, 0x22, 0x5C]), _all_but([]))
+
+
 def _run_states(trans: np.ndarray, run: _Run, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Which of ``states`` move like the class automaton: (those states, their class-state map)."""
     dead = trans.shape[0] - 1
@@ -276,6 +290,8 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
     starts = []  # (state, trie node, DFA state) where the trie walk begins
     for group, classes in _run_classes(trans, states):
         for char_class in classes:
+            if not len(group):
+                break
             run = _run_for(trie, char_class)
             looping, m = _run_states(trans, run, group)
             group = np.setdiff1d(group, looping)
@@ -289,6 +305,8 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
     rest = states[~np.isin(states, list(blocks))] if blocks else states
     for group, classes in _chain_classes(trans, rest):
         for char_class in classes:
+            if not len(group):
+                break
             run = _run_for(trie, char_class)
             for s in group.tolist():
                 m = _chain_maps(trans, run, s)

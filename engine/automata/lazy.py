@@ -100,7 +100,7 @@ class LazyAutomaton(TokenAutomaton):
         self.key = key
         self._extra = ((macro[0].encode(), macro[1]),) if macro else ()
         self._macro_id = macro[1] if macro else None
-        self._caps: dict[int, int] = {}  # state -> target_cap, asked at every mask
+        self._caps: dict[int, tuple[int, bool]] = {}  # state -> (target_cap, every target has a bound)
 
     @property
     def bound(self) -> np.ndarray:
@@ -115,11 +115,22 @@ class LazyAutomaton(TokenAutomaton):
         return ROWS.get_or_build((self.key, state),
                                  lambda: token_row(self.trans, vocabulary_trie(self.vocab), state, self._extra))
 
+    def _cap(self, state: int) -> tuple[int, bool]:
+        got = self._caps.get(state)
+        if got is None:
+            b = self._bound[self.row(state)[1]]
+            finite = b < UNREACHABLE
+            got = self._caps[state] = (int(b[finite].max(initial=-1)), bool(finite.all()))
+        return got
+
     def target_cap(self, state: int) -> int:
-        cap = self._caps.get(state)
-        if cap is None:
-            cap = self._caps[state] = super().target_cap(state)
-        return cap
+        return self._cap(state)[0]
+
+    def successors_within(self, state: int, budget: int) -> np.ndarray:
+        cap, finite = self._cap(state)
+        if finite and budget >= cap:  # the common case, without a pass over the row
+            return self.row(state)[0]
+        return super().successors_within(state, budget)
 
     def next_state(self, state: int, token: int) -> int:
         """The state after ``token``, or -1 when the token is not allowed."""
