@@ -128,10 +128,10 @@ class Vocab:
     def byte_tokens(self) -> np.ndarray:
         """The token of each byte value on its own (its lowest id; -1 where the vocabulary has none)."""
         out = np.full(256, -1, dtype=np.int64)
-        for i in reversed(range(len(self.token_bytes))):
-            b = self.token_bytes[i]
-            if b is not None and len(b) == 1:
-                out[b[0]] = i
+        for b in range(256):
+            ids = self.outlines_map.get(bytes([b]))  # symbols are three bytes long: only tokens here
+            if ids:
+                out[b] = min(ids)
         return out
 
     def token_text(self, token: int) -> bytes | None:
