@@ -792,6 +792,11 @@ class _Translator:
         body = first if lo > 0 else f"(?:{first})?"
         return rf"\[{ws}{body}{ws}\]"
 
+    def member(self, name: str, ps: Any, p: str) -> str:
+        """One ``"name": value`` of the object at ``p``."""
+        regex = self.value(ps, _ptr(p, "properties", name))
+        return f'"{escape(json.dumps(name, ensure_ascii=False)[1:-1])}"{self.ws}:{self.ws}{regex}'
+
     def object(self, s: dict, p: str) -> str:
         """Declared properties only, in schema order. Where a keyword cannot be expressed
         exactly, the output is narrowed to a subset that always satisfies it."""
@@ -844,17 +849,37 @@ class _Translator:
                 if name in required and not set(dep) <= set(required):
                     required += [d for d in dep if d not in required]
                     changed = True
-        for name in deps:
-            if name not in required:
+        min_p, max_p = self.bound(s, p, "minProperties") or 0, self.bound(s, p, "maxProperties")
+        # an optional dependent key is written right after the one optional key it needs (the
+        # others it needs are required), inside that key's group; any other is never written
+        after: dict[str, list[str]] = {}
+        for name, dep in deps.items():
+            if name in required:
+                continue
+            missing = [d for d in dep if d not in required]
+            if not missing:
+                continue  # what it needs is always there
+            if len(missing) == 1 and name in props and missing[0] in props and missing[0] not in deps \
+                    and not min_p and max_p is None:
+                after.setdefault(missing[0], []).append(name)
+            else:
                 props.pop(name, None)
         for name in required:
             if name not in props:
                 props[name] = extra
         members, req = [], []
         declared = bool(props)  # declared keys only, even when none of them can be written
+        followers = {n for names in after.values() for n in names}
         for name, ps in props.items():
+            if name in followers:
+                continue
             try:
-                regex = self.value(ps, _ptr(p, "properties", name))
+                member = self.member(name, ps, p)
+                for follower in after.get(name, []):
+                    try:
+                        member += f"(?:{ws},{ws}{self.member(follower, props[follower], p)})?"
+                    except (_TooDeep, Unsatisfiable):
+                        pass  # never written
             except _TooDeep:
                 if name in required:
                     raise
@@ -863,9 +888,8 @@ class _Translator:
                 if name not in required:
                     continue  # no value fits: the key is never written
                 raise
-            members.append(f'"{escape(json.dumps(name, ensure_ascii=False)[1:-1])}"{ws}:{ws}{regex}')
+            members.append(member)
             req.append(name in required)
-        min_p, max_p = self.bound(s, p, "minProperties") or 0, self.bound(s, p, "maxProperties")
         if max_p is not None and max_p < sum(req):
             raise SchemaError(f"maxProperties {max_p} is below the {sum(req)} required keys", pointer=p, keyword="maxProperties")
         if members and (min_p > sum(req) or (max_p is not None and max_p < len(members))):
