@@ -11,6 +11,7 @@ from typing import Any, Hashable, Protocol
 
 import mlx.core as mx
 
+from .automata import UNREACHABLE
 from .vocabulary import Vocab
 
 
@@ -42,3 +43,17 @@ class Constraint(Protocol):
 
     def eos_mask(self, width: int) -> mx.array:
         """The row that allows only end-of-sequence."""
+
+
+def walk(constraint: Constraint, token_ids: list[int], max_tokens: int | None = None) -> Any:
+    """The state after ``token_ids`` from the initial one (end-of-sequence ids stop the walk), or
+    None once a token is not allowed; with ``max_tokens``, each step counts the tokens left."""
+    left = max_tokens if max_tokens is not None else UNREACHABLE
+    state = constraint.initial_state
+    for i, t in enumerate(token_ids):
+        if t in constraint.vocab.eos_ids:
+            break
+        state = constraint.step(state, t, left - i - 1)
+        if state is None:
+            return None
+    return state

@@ -11,13 +11,14 @@ import jsonschema
 import mlx.core as mx
 import numpy as np
 
-from .automata import (MASKS, UNREACHABLE, LazyAutomaton, MaskTable, allowed_mask, compile_linked, compile_regex,
-                       counters, eos_mask, shared_mask)
+from .automata import (LazyAutomaton, MaskTable, allowed_mask, compile_linked, compile_regex, counters,
+                       eos_mask, new_owner, shared_mask, state_mask)
 from .automata.builders import DEFAULT_TIMEOUT
 from .automata.compile import MAX_REGEX_CHARS
 from .caches import Cache
 from .errors import CompileError, SchemaError
 from .json_schema import WHITESPACE, schema_key, schema_to_regex
+from .constraint import walk
 from .matcher import Matcher
 from .vocabulary import Vocab, build_vocab
 
@@ -35,7 +36,7 @@ class Grammar:
     _tables: dict[int, MaskTable] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _loops: dict[int, counters.Loop] = field(default_factory=dict, repr=False)
-    _near_limit: dict[tuple, bytes] = field(default_factory=dict, repr=False)  # (state, count, cap, width) -> mask digest
+    _owner: int = field(default_factory=new_owner, repr=False)  # this grammar in STATE_MASKS
     _longest: int = field(default=0, repr=False)  # the most bytes (so characters) one token holds
     _counted: counters.Tables | None = field(default=None, repr=False)
 
@@ -74,14 +75,7 @@ class Grammar:
 
     def walk(self, token_ids: list[int]) -> Any:
         """The state after ``token_ids`` (end-of-sequence ids stop the walk), or None."""
-        state = self.initial_state
-        for t in token_ids:
-            if t in self.vocab.eos_ids:
-                break
-            state = self.step(state, t, UNREACHABLE)
-            if state is None:
-                return None
-        return state
+        return walk(self, token_ids)
 
     def is_final(self, state: Any) -> bool:
         return bool(self.automaton.final[state[0] if isinstance(state, tuple) else state])
@@ -94,17 +88,13 @@ class Grammar:
         table = self.mask_table(width)
         if not self._near(s, count):
             return table.mask(s, left)
-        key = (s, count, min(left - 1, self.automaton.target_cap(s)), width)
-        digest = self._near_limit.get(key)
-        m = MASKS.get(digest) if digest is not None else None
-        if m is None:
-            ids = table.allowed(s, left)
+
+        def build(budget: int) -> tuple[bytes, mx.array]:
+            ids = table.allowed(s, budget + 1)
             ids = ids[counters.fits(self.automaton.trans, self._loops, self._counted, s, count, self.vocab, ids)]
-            if len(ids) == 0:
-                return table.eos_only
-            digest, m = shared_mask(ids, width)
-            self._near_limit[key] = digest
-        return m
+            return shared_mask(ids, width) if len(ids) else (b"", table.eos_only)
+
+        return state_mask(self._owner, (s, count), left - 1, width, lambda: self.automaton.target_cap(s), build)
 
     def _near(self, s: int, count: int) -> bool:
         """A token from here may take a counted loop past its limit: the loop has fewer characters
@@ -152,7 +142,6 @@ class LinkedGrammar(Grammar):
     state a tuple of its configurations."""
 
     definitions: list[str] = field(default_factory=list)
-    _masks: dict = field(default_factory=dict, repr=False)  # (state, budget cap, width) -> mask digest; ("cap", state) -> cap
 
     def __post_init__(self) -> None:
         pass  # no counted loops: a linked schema writes long strings as the DFA counts them
@@ -172,19 +161,11 @@ class LinkedGrammar(Grammar):
         return self.automaton.is_complete(state)
 
     def mask(self, state: Any, left: int, width: int) -> mx.array:
-        budget = left - 1
-        cap = self._masks.get(("cap", state))
-        if cap is None:
-            cap = self._masks[("cap", state)] = self.automaton.cap(state)
-        key = (state, min(budget, cap), width)
-        digest = self._masks.get(key)
-        m = MASKS.get(digest) if digest is not None else None
-        if m is not None:
-            return m
-        ids = self.automaton.allowed(state, budget) if budget >= 0 else np.zeros(0, dtype=np.int32)
-        got = allowed_mask(ids, self.is_final(state), self.vocab, width)
-        self._masks[key], m = got
-        return m
+        def build(budget: int) -> tuple[bytes, mx.array]:
+            ids = self.automaton.allowed(state, budget) if budget >= 0 else np.zeros(0, dtype=np.int32)
+            return allowed_mask(ids, self.is_final(state), self.vocab, width)
+
+        return state_mask(self._owner, state, left - 1, width, lambda: self.automaton.cap(state), build)
 
     def eos_mask(self, width: int) -> mx.array:
         return eos_mask(self.vocab, width)

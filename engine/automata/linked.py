@@ -36,6 +36,7 @@ MAX_STACK = 256  # nested calls one configuration may hold: a guard, the budget 
 WALKS = Cache("linked walks", 256 << 20, lambda r: sum(a.nbytes for a in r))  # by (key, part, state)
 EDGES = Cache("linked edges", 256 << 20, lambda r: r[0].nbytes + r[1].nbytes)  # by (key, configuration)
 CLOSURES = Cache("linked closures", 1 << 18)  # by (key, configuration)
+STACK_COSTS = Cache("linked stack costs", 1 << 18)  # by (key, return stack): the bounds of its returns
 
 Config = tuple  # (stack: tuple of (part, state) return points, part, state)
 
@@ -125,7 +126,6 @@ class LinkedAutomaton:
             self.boundary.append(edge)
         self.vocab = vocab
         self.key = key
-        self._stack_cost: dict[tuple, int] = {(): 0}
         self._check_left_recursion()
 
     @property
@@ -154,10 +154,12 @@ class LinkedAutomaton:
     # --- configurations -------------------------------------------------------------------
 
     def stack_cost(self, stack: tuple) -> int:
-        c = self._stack_cost.get(stack)
+        if not stack:
+            return 0
+        c = STACK_COSTS.get((self.key, stack))
         if c is None:
             p, v = stack[-1]
-            c = self._stack_cost[stack] = self.stack_cost(stack[:-1]) + int(self.bound[p][v])
+            c = STACK_COSTS.put((self.key, stack), self.stack_cost(stack[:-1]) + int(self.bound[p][v]))
         return c
 
     def cost(self, c: Config) -> int:

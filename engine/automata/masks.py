@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
+from typing import Callable, Hashable
 
 import mlx.core as mx
 import numpy as np
@@ -13,6 +15,32 @@ from ..vocabulary import Vocab
 from .automaton import TokenAutomaton
 
 MASKS = Cache("masks", 512 << 20, lambda m: m.nbytes)  # by content digest, bounded by bytes
+# (owner, state, capped budget, width) -> mask digest, and ("cap", owner, state) -> the state's cap
+STATE_MASKS = Cache("state masks", 1 << 20)
+_OWNERS = itertools.count()
+
+
+def new_owner() -> int:
+    """A number naming one grammar in STATE_MASKS (an id() could be reused after the grammar is gone)."""
+    return next(_OWNERS)
+
+
+def state_mask(owner: int, state: Hashable, budget: int, width: int, cap: Callable[[], int],
+               build: Callable[[int], tuple[bytes, mx.array]]) -> mx.array:
+    """``owner``'s mask in ``state`` with ``budget`` tokens after this one. Budgets at or above the
+    state's ``cap()`` (asked once per state) all give one mask, so the budget is capped there; a
+    miss calls ``build(capped budget)`` -> (digest, mask) and remembers the digest."""
+    c = STATE_MASKS.get(("cap", owner, state))
+    if c is None:
+        c = STATE_MASKS.put(("cap", owner, state), cap())
+    budget = min(budget, c)
+    key = (owner, state, budget, width)
+    digest = STATE_MASKS.get(key)
+    m = MASKS.get(digest) if digest is not None else None
+    if m is None:
+        digest, m = build(budget)
+        STATE_MASKS.put(key, digest)
+    return m
 
 
 def additive_mask(ids: np.ndarray, width: int) -> mx.array:

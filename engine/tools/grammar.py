@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 import mlx.core as mx
 import numpy as np
 
-from ..automata import UNREACHABLE, allowed_mask, eos_mask
-from ..automata.masks import MASKS
+from ..automata import UNREACHABLE, allowed_mask, eos_mask, new_owner, state_mask
+from ..constraint import walk
 from ..errors import BudgetError
 from ..matcher import Matcher
 from ..vocabulary import Vocab
@@ -67,7 +67,7 @@ class ToolGrammar:
         self.turn = Turn(fmt, self.start, symbol_filler(self.symbols), vocab, call_weight=weight, timeout=timeout)
         self.outer = self.turn.automaton
         self.min_tokens = self.turn.min_tokens
-        self._masks: dict = {}
+        self._owner = new_owner()  # this grammar in STATE_MASKS
         self._parser: Parser | None = None
         self._lock = threading.Lock()
 
@@ -178,22 +178,14 @@ class ToolGrammar:
         return cap + int(self.turn.tail[c.ret])
 
     def mask(self, state: tuple, left: int, width: int) -> mx.array:
-        budget = left - 1
-        caps = self._masks.get(("cap", state))
-        if caps is None:
-            caps = self._masks[("cap", state)] = max(self._cap(c) for c in state)
-        key = (state, min(budget, caps), width)
-        digest = self._masks.get(key)
-        m = MASKS.get(digest) if digest is not None else None
-        if m is not None:
-            return m
-        parts = [np.zeros(0, np.int32)]
-        if budget >= 0:
-            for c in state:
-                parts += self._allowed(c, budget)
-        got = allowed_mask(np.unique(np.concatenate(parts)), self.is_final(state), self.vocab, width)
-        self._masks[key], m = got
-        return m
+        def build(budget: int) -> tuple[bytes, mx.array]:
+            parts = [np.zeros(0, np.int32)]
+            if budget >= 0:
+                for c in state:
+                    parts += self._allowed(c, budget)
+            return allowed_mask(np.unique(np.concatenate(parts)), self.is_final(state), self.vocab, width)
+
+        return state_mask(self._owner, state, left - 1, width, lambda: max(self._cap(c) for c in state), build)
 
     def eos_mask(self, width: int) -> mx.array:
         return eos_mask(self.vocab, width)
@@ -211,15 +203,7 @@ class ToolGrammar:
 
     def walk(self, token_ids: list[int], max_tokens: int | None = None) -> tuple | None:
         """The state after ``token_ids`` (end-of-sequence ids stop the walk), or None."""
-        left = max_tokens if max_tokens is not None else UNREACHABLE
-        state = self.initial_state
-        for i, t in enumerate(token_ids):
-            if t in self.vocab.eos_ids:
-                break
-            state = self.step(state, t, left - i - 1)
-            if state is None:
-                return None
-        return state
+        return walk(self, token_ids, max_tokens)
 
     # --- reading what was generated --------------------------------------------------------
 
