@@ -176,10 +176,13 @@ class LinkedGrammar(Grammar):
 # arguments, whose automata are materialised, count up to the translator's 256 and refuse above.
 MAX_LENGTH = 256
 GRAMMARS = Cache("grammars", 1 << 30, lambda g: g.automaton.nbytes + len(g.regex))
-# An expanded regex longer than this is compiled with its references linked instead when that
-# halves the regexes (linking compiles each definition once, the expansion's DFA copies it per
-# use) or enforces more (lenient mode loosens references past a budget; linking need not).
+# An expanded regex longer than LINK_FROM is compiled with its references linked instead when
+# that halves the regexes (linking compiles each definition once, the expansion's DFA copies it
+# per use), one longer than SHRINK_FROM when linking shrinks it SHRINK times (untyped values
+# expanded level by level: the DFA grows faster than the regex), and any when linking enforces
+# more (lenient mode loosens references past a budget; linking need not).
 LINK_FROM = 200_000
+SHRINK_FROM, SHRINK = 20_000, 8
 
 
 def compile_regex_grammar(tokenizer: Any, regex: str, *, timeout: float | None = DEFAULT_TIMEOUT) -> Grammar:
@@ -239,11 +242,12 @@ def compile_json_schema(
             if e.keyword != "$ref" or not ("expanding" in str(e) or "max_depth" in str(e)) or link is False:
                 raise
             return _linked(e)
-        if link is None and len(t.regex) > LINK_FROM or any(kw == "$ref" for _, kw in t.unenforced):
+        if link is None and (len(t.regex) > SHRINK_FROM or any(kw == "$ref" for _, kw in t.unenforced)):
             try:
                 linked = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
                                          max_length=MAX_LENGTH, link=True)
-                if sum(map(len, linked.definitions), len(linked.regex)) * 2 < len(t.regex) or \
+                size = sum(map(len, linked.definitions), len(linked.regex))
+                if size * 2 < len(t.regex) and len(t.regex) > LINK_FROM or size * SHRINK < len(t.regex) or \
                         len(linked.unenforced) < len(t.unenforced):
                     return _linked(None, linked)
             except (SchemaError, CompileError):

@@ -62,6 +62,22 @@ def _verdict(tok, g, schema, value, masks=True):
     return valid
 
 
+def _same_masks(expanded, linked, rng, special, walks, steps, label):
+    """Random walks (ordinary tokens only) see the same masks and the same final states."""
+    for _ in range(walks):
+        se, sl = expanded.initial_state, linked.initial_state
+        for _ in range(steps):
+            me, ml = _mask(expanded, se, BIG), _mask(linked, sl, BIG)
+            assert np.array_equal(me, ml), label
+            choices = [t for t in me.tolist() if t not in special]
+            if not choices:
+                break
+            t = rng.choice(choices)
+            se, sl = expanded.step(se, t, BIG), linked.step(sl, t, BIG)
+            assert se is not None and sl is not None
+            assert expanded.is_final(se) == linked.is_final(sl)
+
+
 def _ref_rows():
     rows = []
     for path in sorted((DATA / "jsonschemabench").glob("*.jsonl")):
@@ -83,18 +99,7 @@ def test_linked_equals_expanded_on_fixture_schemas(qwen3_tokenizer):
             continue
         assert isinstance(linked, LinkedGrammar) and not isinstance(expanded, LinkedGrammar)
         compared += 1
-        for _ in range(scale(4, 20)):
-            se, sl = expanded.initial_state, linked.initial_state
-            for _ in range(80):
-                me, ml = _mask(expanded, se, BIG), _mask(linked, sl, BIG)
-                assert np.array_equal(me, ml), row["id"]
-                choices = [t for t in me.tolist() if t not in special]
-                if not choices:
-                    break
-                t = rng.choice(choices)
-                se, sl = expanded.step(se, t, BIG), linked.step(sl, t, BIG)
-                assert se is not None and sl is not None
-                assert expanded.is_final(se) == linked.is_final(sl)
+        _same_masks(expanded, linked, rng, special, scale(4, 20), 80, row["id"])
         for test in row["tests"]:
             ids = qwen3_tokenizer.encode(canonical_text(test["data"], row["schema"]), add_special_tokens=False)
             verdicts = []
@@ -103,6 +108,22 @@ def test_linked_equals_expanded_on_fixture_schemas(qwen3_tokenizer):
                 verdicts.append(s is not None and g.is_final(s))
             assert verdicts[0] == verdicts[1], (row["id"], test["description"])
     assert compared >= 3
+
+
+def test_long_members_are_definitions_with_the_same_masks(qwen3_tokenizer):
+    """Linking, a property value written longer than LINK_MEMBERS_FROM is a definition of its own
+    (a big object is many small DFAs): same masks as the expansion along random walks."""
+    from engine.json_schema.translate import LINK_MEMBERS_FROM
+    inner = {"type": "object", "properties": {f"q{j}": {"enum": [f"value{j}-{k}" for k in range(40)]} for j in range(5)},
+             "required": ["q0"], "additionalProperties": False}
+    schema = {"type": "object", "properties": {f"p{i}": inner for i in range(4)}, "required": ["p0", "p2"],
+              "additionalProperties": False}
+    expanded = engine.compile_json_schema(qwen3_tokenizer, schema, link=False)
+    linked = engine.compile_json_schema(qwen3_tokenizer, schema, link=True)
+    assert len(linked.definitions) == 4 and max(map(len, linked.definitions)) > LINK_MEMBERS_FROM
+    assert len(linked.regex) < len(expanded.regex) / 4
+    special = set(qwen3_tokenizer.all_special_ids)
+    _same_masks(expanded, linked, random.Random(3), special, scale(4, 20), 120, "long members")
 
 
 def _trees(depth):

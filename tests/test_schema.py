@@ -385,3 +385,27 @@ def test_dependent_keys_are_written_after_the_key_they_need():
             elif valid and list(keys) == sorted(keys, key=order.index) and not set(keys) & {"f", "g"}:
                 raise AssertionError(f"{text} is valid and in order, but refused")
     assert rx.fullmatch('{"b":1,"d":1,"e":1,"c":1}') and not rx.fullmatch('{"d":1,"c":1}')
+
+
+
+@pytest.mark.parametrize("min_p,max_p", [(1, None), (2, None), (3, 4)])
+def test_free_form_min_properties_writes_distinct_keys(min_p, max_p):
+    """A free-form object with minProperties writes min_p keys of distinct lengths first (one key
+    of any spelling when min_p is 1), then any more: repeated keys, escapes or same-length keys
+    past those can never leave fewer than min_p properties."""
+    import itertools
+    schema = {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": min_p}
+    if max_p:
+        schema["maxProperties"] = max_p
+    rx = py_regex(schema_to_regex(schema).regex)
+    keys = ["a", "b", "bb", "\\u0061", "ccc", "dd", ""]
+    accepted = 0
+    for n in range(0, 6):
+        for combo in itertools.product(keys, repeat=n) if n < 4 else itertools.islice(itertools.product(keys, repeat=n), 3000):
+            text = "{" + ",".join(f'"{k}":1' for k in combo) + "}"
+            if rx.fullmatch(text):
+                accepted += 1
+                jsonschema.validate(json.loads(text), schema)
+    assert accepted > 0
+    assert rx.fullmatch("{" + ",".join(['"a":1', '"bb":2', '"ccc":3'][:min_p]) + "}")
+

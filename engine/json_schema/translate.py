@@ -33,6 +33,10 @@ from .patterns import PatternRegex
 WHITESPACE = r"[ ]?"
 STRING_CHAR = (rf'(?:[^"\\\x00-\x1F{SPECIAL_CLASS}]|\\["\\/bfnrt]'
                r'|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))')
+LINK_MEMBERS_FROM = 1500  # linking, a property value written longer than this is a definition of its own
+PLAIN_CHAR = rf'[^"\\\x00-\x1F{SPECIAL_CLASS}]'  # a string character written as itself
+# free-form objects with minProperties write that many keys of distinct lengths, up to this many
+MAX_FREE_MIN_PROPERTIES = 32
 INTEGER = r"-?(?:0|[1-9][0-9]*)"
 FRACTION = r"(?:\.[0-9]+)?"
 EXPONENT = r"(?:[eE][+-]?[0-9]+)?"
@@ -793,8 +797,12 @@ class _Translator:
         return rf"\[{ws}{body}{ws}\]"
 
     def member(self, name: str, ps: Any, p: str) -> str:
-        """One ``"name": value`` of the object at ``p``."""
-        regex = self.value(ps, _ptr(p, "properties", name))
+        """One ``"name": value`` of the object at ``p``. Linking, a long value is a definition of
+        its own: a big object is then many small DFAs rather than one large one."""
+        at = _ptr(p, "properties", name)
+        regex = self.value(ps, at)
+        if self.o.link and len(regex) > LINK_MEMBERS_FROM:
+            regex = self.linked(json.dumps(["member", at, self.o.strict]), lambda: regex, at)
         return f'"{escape(json.dumps(name, ensure_ascii=False)[1:-1])}"{self.ws}:{self.ws}{regex}'
 
     def object(self, s: dict, p: str) -> str:
@@ -913,12 +921,19 @@ class _Translator:
                 elif min_p:
                     self.skip(p, "dependentRequired", "free-form keys are not written beside dependencies")
                 return rf"\{{{ws}\}}"
-            if min_p:
-                self.skip(p, "minProperties", "property counts of free-form objects are not enforced")
+            if min_p > MAX_FREE_MIN_PROPERTIES:
+                self.skip(p, "minProperties", f"more than {MAX_FREE_MIN_PROPERTIES} free-form properties are not enforced")
+                min_p = 0
             value = self.any_value(self.o.max_depth - 1, p) if extra is True else self.value(extra, _ptr(p, "additionalProperties"))
             member = f'"{STRING_CHAR}*"{ws}:{ws}{value}'
-            count = "*" if max_p is None else f"{{0,{max_p - 1}}}"
-            return rf"\{{{ws}(?:{member}(?:{ws},{ws}{member}){count})?{ws}\}}"
+            if not min_p:
+                count = "*" if max_p is None else f"{{0,{max_p - 1}}}"
+                return rf"\{{{ws}(?:{member}(?:{ws},{ws}{member}){count})?{ws}\}}"
+            # min_p distinct keys first: keys of 1, 2, ... min_p characters without escapes (one
+            # key of any spelling when min_p is 1), then any more (a repeated key cannot make fewer)
+            firsts = [member] if min_p == 1 else [f'"{PLAIN_CHAR}{{{i}}}"{ws}:{ws}{value}' for i in range(1, min_p + 1)]
+            more = "*" if max_p is None else f"{{0,{max_p - min_p}}}"
+            return rf"\{{{ws}{f'{ws},{ws}'.join(firsts)}(?:{ws},{ws}{member}){more}{ws}\}}"
         return rf"\{{{ws}{_member_list(members, req, f'{ws},{ws}')}{ws}\}}"
 
 
