@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..caches import Cache
-from .automaton import bfs, state_graph
+from .automaton import bfs
 from ..symbols import counter_symbol
 from ..vocabulary import Vocab
 
@@ -130,9 +130,11 @@ def tables(trans: np.ndarray, loops: dict[int, Loop]) -> Tables:
     for k, loop in enumerate(order):
         loop_at[loop.state] = k
     limits = np.array([x.limit for x in order] + [np.iinfo(np.int64).max // 2], dtype=np.int64)
-    src, dst = state_graph(np.repeat(np.arange(n), 256), trans[:n].reshape(-1), n + 1)
-    live = dst != n
-    reach = bfs(dst[live], src[live], np.array(list(loops), dtype=np.int64), n + 1)[:n]
+    rows = trans[:n]
+    keep = rows != n
+    keep[:, 1:] &= rows[:, 1:] != rows[:, :-1]  # one edge per run of bytes going alike
+    src = np.repeat(np.arange(n), keep.sum(axis=1))
+    reach = bfs(rows[keep], src, np.array(list(loops), dtype=np.int64), n + 1)[:n]
     return Tables(loop_at, inside, limits, reach)
 
 

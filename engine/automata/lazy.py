@@ -46,9 +46,10 @@ def lazy_tables(regex: str, vocab: Vocab, macro: tuple[str, int] | None = None
 
 def single_steps(trans: np.ndarray, single_bytes: np.ndarray, symbols: list[tuple[bytes, int]]
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct (state, next state) pairs one single-byte token or one whole symbol makes."""
+    """The (state, next state) pairs one single-byte token or one whole symbol makes; a pair may
+    repeat (breadth-first searches do not mind), but not within a run of bytes going alike."""
     n = trans.shape[0] - 1
-    step = np.sort(trans[:n][:, single_bytes], axis=1)
+    step = trans[:n][:, single_bytes]
     keep = step != n
     keep[:, 1:] &= step[:, 1:] != step[:, :-1]
     src, dst = [np.repeat(np.arange(n, dtype=np.int32), keep.sum(axis=1))], [step[keep]]
@@ -63,28 +64,27 @@ def single_steps(trans: np.ndarray, single_bytes: np.ndarray, symbols: list[tupl
     return np.concatenate(src), np.concatenate(dst)
 
 
-_PREFERENCE = np.array([0x20, *(b for b in range(256) if b != 0x20)])  # space first: long space tokens
 SHORTCUTS = 3  # distinct next states per state whose shortest-path tokens are walked
 
 
 def shortest_path_table(trans: np.ndarray, steps: np.ndarray) -> np.ndarray:
     """The byte DFA cut down to one byte per (state, next state) on a shortest byte path to
-    acceptance (a space where it is one, else the lowest byte), for up to SHORTCUTS next states per
-    state, so walking the trie through it finds the tokens that spell shortest completions
-    without visiting the whole vocabulary."""
+    acceptance (a space where it is one, for long space tokens, else the lowest byte), for up to
+    SHORTCUTS next states per state, so walking the trie through it finds the tokens that spell
+    shortest completions without visiting the whole vocabulary."""
     n = trans.shape[0] - 1
-    nxt = trans[:n][:, _PREFERENCE]
-    good = np.append(steps, UNREACHABLE)[nxt] == (steps - 1)[:, None]
+    rows = trans[:n]
+    good = np.append(steps, UNREACHABLE)[rows] == (steps - 1)[:, None]
     out = np.full_like(trans, n)
-    rows = np.arange(n)
+    idx = np.arange(n)
     for _ in range(SHORTCUTS):
-        col = good.argmax(axis=1)
-        has = good[rows, col]
+        col = np.where(good[:, 0x20], 0x20, good.argmax(axis=1))
+        has = good[idx, col]
         if not has.any():
             break
-        r, c = rows[has], col[has]
-        out[r, _PREFERENCE[c]] = nxt[r, c]
-        good[has] &= nxt[has] != nxt[r, c][:, None]  # that next state is taken
+        target = np.where(has, rows[idx, col], -1)
+        out[idx[has], col[has]] = target[has]
+        good &= rows != target[:, None]  # that next state is taken
     return out
 
 

@@ -1013,32 +1013,50 @@ _REPEATS = {sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT, getattr(sre_cons
 
 
 def _counted_items(items: list, lo: int, hi: int | None, p: str) -> list | None:
-    """An anchored pattern of one-character items and at most one repeat of one character (like
-    ``^[a-z0-9_]+$``) with minLength/maxLength folded into that repeat's counts; None for other
-    shapes, whose lengths the regex cannot count."""
-    flat = []
-    for op, av in items:
-        while op == sre_constants.SUBPATTERN and len(av[-1]) == 1:
-            op, av = list(av[-1])[0]
-        flat.append((op, av))
+    """An anchored pattern of one-character items and repeats of one character (like
+    ``^[a-z0-9_]+$`` or ``^\\d+\\.\\d+.*$``) with minLength/maxLength folded into the repeats'
+    counts; None for other shapes, whose lengths the regex cannot count. With one repeat this is
+    exact; with more, the length left is shared among them, a narrowing whose every match fits."""
+    flat = _spliced(items)
     repeats = [i for i, (op, _) in enumerate(flat) if op in _REPEATS]
     fixed = len(flat) - len(repeats)
-    if len(repeats) > 1 or any(op not in _ONE_CHAR for i, (op, _) in enumerate(flat) if i not in repeats):
+    if any(op not in _ONE_CHAR for i, (op, _) in enumerate(flat) if i not in repeats):
         return None
-    if not repeats:
-        if fixed < lo or (hi is not None and fixed > hi):
-            raise Unsatisfiable("the pattern's length lies outside minLength/maxLength", pointer=p, keyword="maxLength")
-        return flat
-    i = repeats[0]
-    rlo, rhi, inner = flat[i][1]
-    if len(inner) != 1 or list(inner)[0][0] not in _ONE_CHAR:
-        return None
-    new_lo = max(rlo, lo - fixed)
-    new_hi = rhi if hi is None else min(rhi, hi - fixed)
-    if new_lo > new_hi:
+    counts = []
+    for i in repeats:
+        rlo, rhi, inner = flat[i][1]
+        inner = _spliced(inner)
+        if len(inner) != 1 or inner[0][0] not in _ONE_CHAR:
+            return None
+        counts.append([rlo, rhi])
+    least = fixed + sum(c[0] for c in counts)
+    most = fixed + sum(c[1] for c in counts) if counts else fixed
+    if least > (hi if hi is not None else least) or most < lo:
         raise Unsatisfiable("the pattern's length lies outside minLength/maxLength", pointer=p, keyword="maxLength")
-    flat[i] = (flat[i][0], (new_lo, new_hi, inner))
+    need = lo - least  # characters the repeats must add at least: from the first ones on
+    for c in counts:
+        add = max(0, min(need, c[1] - c[0]))
+        c[0] += add
+        need -= add
+    if hi is not None:  # the room over the least length, shared out, the first ones taking the rest
+        room = hi - fixed - sum(c[0] for c in counts)
+        for k, c in enumerate(counts):
+            share = room // len(counts) + (k < room % len(counts))
+            c[1] = min(c[1], c[0] + share)
+    for i, (clo, chi) in zip(repeats, counts):
+        flat[i] = (flat[i][0], (clo, chi, flat[i][1][2]))
     return flat
+
+
+def _spliced(items) -> list:
+    """Items with plain groups spliced in (a group holds a sequence, so its items follow on)."""
+    out = []
+    for op, av in items:
+        if op == sre_constants.SUBPATTERN:
+            out += _spliced(av[-1])
+        else:
+            out.append((op, av))
+    return out
 
 
 class Unsatisfiable(SchemaError):
