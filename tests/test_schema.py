@@ -428,3 +428,32 @@ def test_free_form_min_properties_writes_distinct_keys(min_p, max_p):
     assert accepted > 0
     assert rx.fullmatch("{" + ",".join(['"a":1', '"bb":2', '"ccc":3'][:min_p]) + "}")
 
+
+
+def test_all_of_branches_merge_their_members_exactly():
+    """allOf branches with their own properties and additionalProperties (false, true or a
+    schema): a key takes every branch's schema for it (its property there, else that branch's
+    additionalProperties) and a key some branch closes out is never written. Over every pair of
+    such branches, every object over the keys in write order gets jsonschema's verdict."""
+    import itertools
+    kinds = {"i": {"type": "integer"}, "s": {"type": "string"}}
+    branch_shapes = []
+    for keys in ("a", "ab", "bc"):
+        for extra in (True, False, {"type": "integer"}):
+            for kind in "is":
+                b = {"type": "object", "properties": {k: kinds[kind if k != "b" else "i"] for k in keys}}
+                if extra is not True:
+                    b["additionalProperties"] = extra
+                branch_shapes.append(b)
+    values = [1, "x"]
+    for b1, b2 in itertools.combinations(branch_shapes, 2):
+        schema = {"allOf": [b1, b2]}
+        rx = py_regex(schema_to_regex(schema).regex)
+        validator = jsonschema.Draft202012Validator(schema)
+        order = list(dict.fromkeys([*b1["properties"], *b2["properties"]]))
+        for n in range(len(order) + 1):
+            for keys in itertools.combinations(order, n):
+                for vals in itertools.product(values, repeat=n):
+                    value = dict(zip(keys, vals))
+                    text = json.dumps(value, separators=(",", ":"))
+                    assert bool(rx.fullmatch(text)) == validator.is_valid(value), (schema, text)

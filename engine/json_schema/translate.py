@@ -269,11 +269,12 @@ class _Translator:
         subs = s["allOf"]
         if not isinstance(subs, list) or not subs:
             raise SchemaError("allOf must be a non-empty array", pointer=p, keyword="allOf")
-        merged = {k: v for k, v in s.items() if k not in ("allOf", *_POSITIONAL)}
+        merged = {k: v for k, v in s.items() if k not in ("allOf", *_POSITIONAL, *_MEMBERS)}
         positional = [_positional(s)]  # each branch's (prefix item schemas, schema of the rest)
+        members = [_members(s)]  # each branch's (properties, additionalProperties), patterns aside
         closed: list[set] = []  # property sets of branches that forbid other properties
-        if merged.get("additionalProperties", True) is not True:
-            closed.append(set(merged.get("properties", {})))
+        if s.get("additionalProperties", True) is not True:
+            closed.append(set(s.get("properties", {})))
         for i, sub in enumerate(subs):
             while isinstance(sub, dict) and "$ref" in sub and len(sub) == 1:
                 sub = self.value_target(sub["$ref"], _ptr(p, "allOf", i))
@@ -286,8 +287,9 @@ class _Translator:
             if sub.get("additionalProperties", True) is not True:
                 closed.append(set(sub.get("properties", {})))
             positional.append(_positional(sub))
+            members.append(_members(sub))
             for k, v in sub.items():
-                if k in ANNOTATIONS or k.startswith("x-") or k in _POSITIONAL:
+                if k in ANNOTATIONS or k.startswith("x-") or k in _POSITIONAL or k in _MEMBERS:
                     continue
                 if k not in merged:
                     merged[k] = v
@@ -313,9 +315,34 @@ class _Translator:
                     merged[k] = min(merged[k], v)
                 elif merged[k] != v:
                     self.skip(_ptr(p, "allOf", i), k, "allOf branches disagree on this keyword")
-        names = set(merged.get("properties", {}))
-        if any(names - c for c in closed):
-            self.skip(p, "additionalProperties", "a branch of allOf forbids properties another adds")
+        if "patternProperties" in merged:
+            # patterns apply beside the branches' members: merged as declared, their disagreement refused
+            for props, extra in members:
+                if props:
+                    merged["properties"] = {n: {"allOf": [merged["properties"][n], v]} if n in merged.get("properties", {})
+                                            else v for n, v in {**merged.get("properties", {}), **props}.items()}
+                if extra is not True and merged.setdefault("additionalProperties", extra) != extra:
+                    self.skip(p, "additionalProperties", "allOf branches disagree on this keyword")
+            names = set(merged.get("properties", {}))
+            if any(names - c for c in closed):
+                self.skip(p, "additionalProperties", "a branch of allOf forbids properties another adds")
+        else:
+            # a key's schema is every branch's for it: its property there, else that branch's
+            # additionalProperties; a key some branch closes out is never written
+            names = list(dict.fromkeys(n for props, _ in members for n in props))
+            props = {}
+            for n in names:
+                parts = [b[n] if n in b else extra for b, extra in members]
+                if False in parts:
+                    if n in merged.get("required", []):
+                        raise Unsatisfiable(f"required {n!r} is closed out by a branch of allOf", pointer=p, keyword="allOf")
+                    continue
+                props[n] = _conjunction(parts)
+            if names:
+                merged["properties"] = props
+            extra = _conjunction([e for _, e in members])
+            if extra is not True:
+                merged["additionalProperties"] = False if False in [e for _, e in members] else extra
         # an item is bound by every branch's schema for its position: a branch's prefixItems does not
         # move another branch's items along (items of a schema without prefixItems covers every item)
         positional = [x for x in positional if x is not None]
@@ -1086,6 +1113,17 @@ def _positional(s: dict) -> tuple[list, Any] | None:
     if prefix is None and items is None:
         return None
     return list(prefix or []), True if items is None else items
+
+
+_MEMBERS = ("properties", "additionalProperties")
+
+
+def _members(s: dict) -> tuple[dict, Any]:
+    """An object schema's (properties, additionalProperties)."""
+    props = s.get("properties", {}) or {}
+    if not isinstance(props, dict):
+        raise SchemaError("properties must be an object", keyword="properties")
+    return props, s.get("additionalProperties", True)
 
 
 def _conjunction(schemas: list) -> Any:
