@@ -457,3 +457,19 @@ def test_all_of_branches_merge_their_members_exactly():
                     value = dict(zip(keys, vals))
                     text = json.dumps(value, separators=(",", ":"))
                     assert bool(rx.fullmatch(text)) == validator.is_valid(value), (schema, text)
+
+
+def test_one_of_reads_an_all_of_branch_as_its_merge():
+    """A oneOf branch that is an allOf (a reference plus narrowing) is proved apart from the
+    others by the merge of its parts: here each branch requires a different constant type."""
+    defs = {"section": {"type": "object", "properties": {"type": {"const": "section"}, "name": {"type": "string"}},
+                        "required": ["type", "name"], "additionalProperties": False},
+            "ref": {"type": "object", "properties": {"type": {"const": "reference"}, "id": {"type": "string"}},
+                    "required": ["type"], "additionalProperties": False}}
+    schema = {"$defs": defs, "oneOf": [{"$ref": "#/$defs/section"},
+                                       {"allOf": [{"$ref": "#/$defs/ref"}, {"properties": {"id": {"maxLength": 3}}}]}]}
+    rx = py_regex(schema_to_regex(schema).regex)
+    for value in [{"type": "section", "name": "a"}, {"type": "reference"}, {"type": "reference", "id": "abc"},
+                  {"type": "reference", "id": "abcd"}, {"type": "section"}, {"type": "other", "name": "a"}]:
+        text = json.dumps(value, separators=(",", ":"))
+        assert bool(rx.fullmatch(text)) == jsonschema.Draft202012Validator(schema).is_valid(value), text

@@ -544,6 +544,14 @@ class _Translator:
         """What a proof of disjointness reads from a branch: its kinds (constants or types) and,
         for object-only branches, the keys it requires, its closed key sets, and constants of keys."""
         b = self.resolved(b, p)
+        if isinstance(b, dict) and isinstance(b.get("allOf"), list):
+            # the facts of all its branches at once; nothing is recorded (it is only read here)
+            kept = len(self.unenforced)
+            try:
+                b = self.merge_all_of(b, p)
+            except SchemaError:
+                pass
+            del self.unenforced[kept:]
         if not isinstance(b, dict):
             return None
         consts = None
