@@ -438,7 +438,7 @@ class _Translator:
             self.skip(p, "not", "'not' of several optional keys at once cannot be expressed by the token mask")
             return s
         s = self.exclude_types(s, [t for t in ALL_TYPES if t != "object"], p)
-        rule = {"not": {"const": missing[0]}}
+        rule = {"not": {"enum": [missing[0]]}}  # enum: draft 4 has no const
         names_rule = s.get("propertyNames")
         return {**s, "propertyNames": rule if names_rule in (None, True, {}) else {"allOf": [names_rule, rule]}}
 
@@ -491,6 +491,8 @@ class _Translator:
             raise SchemaError("no branch can be satisfied", pointer=p, keyword=kw)
         if kw == "oneOf" and len(parts) > 1 and not self.disjoint(branches, p, base):
             exclusive = self.exclusive(base, branches, p)
+            if exclusive is None:
+                exclusive = self.apart_by_keys(base, branches, p)
             if exclusive is not None:
                 return exclusive
             self.skip(p, "oneOf", "branches overlap, so 'exactly one' cannot be enforced")
@@ -516,6 +518,34 @@ class _Translator:
             return None
         finally:
             self.o.strict = strict
+
+    def apart_by_keys(self, base: dict, branches: list, p: str) -> str | None:
+        """Overlapping object branches narrowed apart: each is written without one key of every
+        other branch it is not proved apart from, a key that branch requires and it does not (so
+        that branch fails); a branch that cannot leave another out so (it requires all the
+        other's keys) is not written. A subset of the oneOf, every value in it matching exactly
+        one branch; None when no branch is left."""
+        facts = [self.branch_facts(b, p, base) for b in branches]
+        if any(f is None or not f["objects"] for f in facts):
+            return None
+        parts = []
+        for i, b in enumerate(branches):
+            left_out = []
+            for j, f in enumerate(facts):
+                if j == i or _values_apart(facts[i], f) or _objects_apart(facts[i], f):
+                    continue
+                keys = sorted(f["required"] - facts[i]["required"])
+                if not keys:
+                    break
+                left_out.append(keys[0])
+            else:
+                sub = {"allOf": [x for x in (base, b, *({"not": {"required": [k]}} for k in sorted(set(left_out))))
+                                 if x != {}]}
+                try:
+                    parts.append(self.value(sub, _ptr(p, "oneOf", i)))
+                except Unsatisfiable:
+                    continue
+        return alternation(parts) if parts else None
 
     def disjoint(self, branches: list, p: str, base: dict | None = None) -> bool:
         """True when no instance can match two of the branches (each taken with ``base``): they
