@@ -212,13 +212,18 @@ class LinkedAutomaton:
 
     # --- tokens ---------------------------------------------------------------------------
 
-    def edges(self, c: Config) -> tuple[np.ndarray, np.ndarray]:
-        """The tokens ``c`` may read, each with the cost of the configuration it ends in."""
+    def edges(self, c: Config) -> tuple[np.ndarray, np.ndarray, int]:
+        """The tokens ``c`` may read, each with the cost of the configuration it ends in, and the
+        largest of those costs (-1 for none): budgets at or above it allow every token."""
         def build():
             toks: list = []
             costs: list = []
             self._read(c, self._walk(c[1], c[2]), toks, costs)
-            return np.concatenate(toks), np.concatenate(costs)
+            tok, cost = np.concatenate(toks), np.concatenate(costs)
+            live = cost < UNREACHABLE
+            if not live.all():
+                tok, cost = tok[live], cost[live]
+            return tok, cost, int(cost.max(initial=-1))
         return EDGES.get_or_build((self.key, c), build)
 
     def _read(self, c: Config, walked: tuple, toks: list, costs: list) -> None:
@@ -242,18 +247,14 @@ class LinkedAutomaton:
             self.trans[p], vocabulary_trie(self.vocab), s, self.boundary[p]))
 
     def allowed(self, state: tuple, budget: int) -> np.ndarray:
-        """Token ids whose next state can still finish within ``budget`` tokens after them."""
-        seen = np.zeros(len(self.vocab.texts), dtype=bool)  # cheaper than sorting 150k ids
+        """Token ids whose next state can still finish within ``budget`` tokens after them (a
+        token may appear twice when two configurations read it)."""
+        parts = []
         for c in state:
-            toks, costs = self.edges(c)
-            seen[toks[costs <= budget]] = True
-        return np.flatnonzero(seen).astype(np.int32)
+            toks, costs, cap = self.edges(c)
+            parts.append(toks if budget >= cap else toks[costs <= budget])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def cap(self, state: tuple) -> int:
         """The largest budget that can still change this state's mask."""
-        cap = 0
-        for c in state:
-            costs = self.edges(c)[1]
-            costs = costs[costs < UNREACHABLE]
-            cap = max(cap, int(costs.max(initial=0)))
-        return cap
+        return max([0] + [self.edges(c)[2] for c in state])

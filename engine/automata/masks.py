@@ -54,10 +54,11 @@ _BANNED = np.float32(-np.inf)
 
 
 def shared_mask(ids: np.ndarray, width: int) -> tuple[bytes, mx.array]:
-    """The additive mask allowing ``ids``, built once per content: (its digest, the mask). The
-    digest is of the set: its sorted ids when few, else its bits (an eighth of a wide row's ids)."""
+    """The additive mask allowing ``ids`` (repeats allowed), built once per content: (its digest,
+    the mask). The digest is of the set: its sorted ids when few, else its bits (an eighth of a
+    wide row's ids)."""
     if len(ids) * 32 < width:
-        content = b"i" + np.sort(ids).astype(np.int32).tobytes()
+        content = b"i" + np.unique(ids).astype(np.int32).tobytes()
         build = lambda: additive_mask(ids, width)  # noqa: E731
     else:
         allowed = np.zeros(width, dtype=bool)
