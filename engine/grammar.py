@@ -175,6 +175,9 @@ class LinkedGrammar(Grammar):
 # maxLength on a plain string is counted beside the DFA state (automata.counters). Tool
 # arguments, whose automata are materialised, count up to the translator's 256 and refuse above.
 MAX_LENGTH = 256
+# Linked grammars count no strings beside the DFA: a definition counts up to this many characters
+# in its own DFA (a few thousand states for one long string).
+LINKED_MAX_LENGTH = 1024
 GRAMMARS = Cache("grammars", 1 << 30, lambda g: g.automaton.nbytes + len(g.regex))
 # An expanded regex longer than LINK_FROM is compiled with its references linked instead when
 # that halves the regexes (linking compiles each definition once, the expansion's DFA copies it
@@ -245,7 +248,7 @@ def compile_json_schema(
         if link is None and (len(t.regex) > SHRINK_FROM or any(kw == "$ref" for _, kw in t.unenforced)):
             try:
                 linked = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
-                                         max_length=MAX_LENGTH, link=True)
+                                         max_length=LINKED_MAX_LENGTH, link=True)
                 size = sum(map(len, linked.definitions), len(linked.regex))
                 if size * 2 < len(t.regex) and len(t.regex) > LINK_FROM or size * SHRINK < len(t.regex) or \
                         len(linked.unenforced) < len(t.unenforced):
@@ -259,7 +262,7 @@ def compile_json_schema(
         try:
             if t is None:
                 t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
-                                    max_length=MAX_LENGTH, link=True)
+                                    max_length=LINKED_MAX_LENGTH, link=True)
             automaton = compile_linked([t.regex, *t.definitions], vocab, timeout=timeout)
         except (SchemaError, CompileError):
             if failed is not None:

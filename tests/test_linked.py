@@ -220,3 +220,17 @@ def test_generation_with_a_linked_grammar(tiny_model):
         assert r.finish_reason == "stop" and r.usage["completion_tokens"] <= max_tokens
         jsonschema.validate(json.loads(r.text), MUTUAL)
         assert r.errors == []
+
+
+def test_linked_strings_count_past_the_expansion_bound(qwen3_tokenizer):
+    """A linked grammar counts a string's length in its definition's DFA up to LINKED_MAX_LENGTH
+    (expansion counts 256 in the DFA and longer ones beside it, which linking does not do)."""
+    from engine.grammar import LINKED_MAX_LENGTH, MAX_LENGTH
+    limit = (MAX_LENGTH + LINKED_MAX_LENGTH) // 2
+    schema = {"$defs": {"n": {"type": "object", "properties": {"s": {"type": "string", "maxLength": limit},
+                                                               "k": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"}
+    g = engine.compile_json_schema(qwen3_tokenizer, schema, link=True)
+    assert isinstance(g, LinkedGrammar)
+    for n in (limit, limit + 1):
+        value = {"k": {"s": "ab" * (n // 2) + "a" * (n % 2)}}
+        assert _verdict(qwen3_tokenizer, g, schema, value, masks=False) == (n <= limit)
