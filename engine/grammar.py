@@ -16,9 +16,9 @@ from .automata import (LazyAutomaton, MaskTable, allowed_mask, compile_linked, c
 from .automata.builders import DEFAULT_TIMEOUT
 from .automata.compile import MAX_REGEX_CHARS
 from .caches import Cache
+from .constraint import walk
 from .errors import CompileError, SchemaError
 from .json_schema import WHITESPACE, schema_key, schema_to_regex
-from .constraint import walk
 from .matcher import Matcher
 from .vocabulary import Vocab, build_vocab
 

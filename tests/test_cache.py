@@ -2,6 +2,8 @@
 
 import time
 
+import numpy as np
+
 import engine
 from engine.automata import AUTOMATA, automaton_key, compile_regex, store
 from engine.grammar import GRAMMARS
@@ -56,3 +58,27 @@ def test_bounded_compile_times_out_cleanly(qwen3_tokenizer):
         raise AssertionError("a 250-character string automaton cannot build in 0.5 s here")
     assert time.perf_counter() - t < 5
     assert compile_regex(schema_to_regex({"type": "boolean"}).regex, vocab, timeout=30).min_tokens == 1
+
+
+def test_the_disk_cache_is_scanned_only_past_its_limit(tmp_path, monkeypatch):
+    """Pruning stats every file of the folder; it runs on a process's first save to a folder, when
+    its tally of the folder passes the limit, or every RESCAN saves, not on every compile."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("TOOLGATE_CACHE_DIR", str(folder))
+    scans = []
+    real = store._scan
+    monkeypatch.setattr(store, "_scan", lambda f, keep: scans.append(keep) or real(f, keep))
+    arrays = {"trans": np.zeros((2, 256), dtype=np.int32)}
+    for i in range(10):
+        path = folder / f"k{i}.npz"
+        store.save(path, f"k{i}", arrays)
+        store.prune(folder, path)
+    assert len(scans) == 1
+    limit = 3 * (folder / "k0.npz").stat().st_size
+    monkeypatch.setenv("TOOLGATE_CACHE_BYTES", str(limit))
+    path = folder / "k10.npz"
+    store.save(path, "k10", arrays)
+    store.prune(folder, path)
+    kept = list(folder.glob("*.npz"))
+    assert len(scans) == 2 and path in kept and 1 < len(kept) <= 3
+    assert sum(f.stat().st_size for f in kept) <= limit

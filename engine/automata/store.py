@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -11,6 +12,17 @@ import numpy as np
 
 FORMAT_VERSION = 4
 DEFAULT_DISK_BYTES = 4 << 30
+RESCAN = 64  # saves between scans of a folder whose tally stays under the limit
+_TALLY: dict[Path, list[int]] = {}  # folder -> [bytes this process knows it holds, saves since its scan]
+_TALLY_LOCK = threading.Lock()
+
+
+def _fresh_lock_in_child() -> None:
+    global _TALLY_LOCK
+    _TALLY_LOCK = threading.Lock()  # a fork may happen while another thread holds it
+
+
+os.register_at_fork(after_in_child=_fresh_lock_in_child)
 
 
 def disk_limit() -> int:
@@ -20,6 +32,24 @@ def disk_limit() -> int:
 
 
 def prune(folder: Path, keep: Path) -> None:
+    """Keep ``folder`` under the disk limit after ``keep`` was written. The folder is scanned
+    (a stat per file) only when this process's tally of it passes the limit, or every RESCAN
+    saves for what other processes wrote, so a large cache does not slow every compile."""
+    with _TALLY_LOCK:
+        tally = _TALLY.get(folder)
+        if tally is not None:
+            try:
+                tally[0] += keep.stat().st_size
+            except OSError:
+                pass
+            tally[1] += 1
+            if tally[0] <= disk_limit() and tally[1] < RESCAN:
+                return
+        _TALLY[folder] = [_scan(folder, keep), 0]
+
+
+def _scan(folder: Path, keep: Path) -> int:
+    """Drop least recently used files past the limit (and stale temporary ones): the bytes left."""
     files = []
     for f in folder.iterdir():
         try:
@@ -37,6 +67,7 @@ def prune(folder: Path, keep: Path) -> None:
         if f != keep:
             f.unlink(missing_ok=True)
             total -= size
+    return total
 
 
 def cache_dir() -> Path | None:
