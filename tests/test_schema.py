@@ -104,7 +104,9 @@ CASES = [
     ({"type": "string", "pattern": "^[A-Z]{2}-\\d+$"}, ['"AB-12"'], ['"ab-12"', '"AB-"', '"xAB-1"']),
     ({"type": "string", "pattern": "ab"}, ['"xxabyy"', '"ab"'], ['"a b"']),
     ({"enum": ["red", 3, None, [1, {"k": "v"}]]}, ['"red"', "3", "null", '[1,{"k":"v"}]'], ['"blue"', "4"]),
-    ({"type": "number", "multipleOf": 0.01, "minimum": 0}, ["0", "12.5", "3.14"], ["-1", "3.141", "1e5"]),
+    # multiples a float holds exactly (jsonschema divides in floats: 0.07 / 0.01 is not an integer)
+    ({"type": "number", "multipleOf": 0.01, "minimum": 0}, ["0", "12.5", "12.25", "0.75", "3.00"],
+     ["-1", "3.141", "1e5", "0.07", "3.14"]),
     ({"anyOf": [{"type": "null"}, {"type": "string", "format": "date"}]}, ["null", '"2024-02-29"'], ['"2024-13-01"']),
     ({"type": "object", "additionalProperties": {"type": "integer"}}, ['{}', '{"x":1,"y":2}'], ['{"x":"a"}']),
     ({"type": "array", "uniqueItems": True, "items": {"type": "integer"}}, ["[]", "[3]"], ["[1,2]", "[1,1]"]),
@@ -498,3 +500,35 @@ def test_overlapping_object_branches_are_narrowed_apart_by_keys():
                         assert validator.is_valid(value), value
         assert rx.fullmatch('{"number":"1","type":"v"}') and rx.fullmatch('{"cc":"1"}')
         assert not rx.fullmatch('{"id":"1","number":"1","type":"v"}')
+
+
+@settings(max_examples=60, deadline=None)
+@given(decimals=st.integers(1, 3), lo=st.one_of(st.none(), st.integers(-10**6, 10**6)),
+       span=st.one_of(st.none(), st.integers(0, 10**6)), data=st.data())
+def test_decimal_multiples_pass_jsonschema_float_division(decimals, lo, span, data):
+    """multipleOf 10**-k: every number drawn from the regex passes jsonschema, which divides in
+    floats (so 0.07 is not a multiple of 0.01 there): only multiples a float holds exactly are
+    written, under 2**53 once scaled."""
+    schema = {"type": "number", "multipleOf": float(f"1e-{decimals}")}
+    if lo is not None:
+        schema["minimum"] = lo
+    if span is not None:
+        schema["maximum"] = (lo or 0) + span
+    rx = py_regex(schema_to_regex(schema).regex)
+    for _ in range(10):
+        jsonschema.validate(json.loads(data.draw(st.from_regex(rx, fullmatch=True))), schema)
+
+
+
+def test_a_required_key_closed_out_leaves_the_other_types():
+    """allOf: a branch closes out a key another requires, so no object fits; strings still do
+    (hypothesis found the merge dropping the whole branch, which let a oneOf beside it overlap)."""
+    schema = {"allOf": [{"type": ["object", "string"], "properties": {"a": {}}, "required": ["a"]},
+                        {"additionalProperties": False}]}
+    rx = py_regex(schema_to_regex(schema).regex)
+    for value in ["x", {"a": 1}, {}]:
+        text = json.dumps(value, separators=(",", ":"))
+        assert bool(rx.fullmatch(text)) == jsonschema.Draft202012Validator(schema).is_valid(value), text
+    with pytest.raises(SchemaError):
+        schema_to_regex({"type": ["object", "integer", "string"], "properties": {"a": {}}, "required": ["a"],
+                         "oneOf": [{}, {"additionalProperties": False, "properties": {}}]})

@@ -37,6 +37,7 @@ LINK_MEMBERS_FROM = 1500  # linking, a property value written longer than this i
 PLAIN_CHAR = rf'[^"\\\x00-\x1F{SPECIAL_CLASS}]'  # a string character written as itself
 # free-form objects with minProperties write that many keys of distinct lengths, up to this many
 MAX_FREE_MIN_PROPERTIES = 32
+MAX_DECIMALS = 6  # multipleOf 10**-k up to this k: 2**k exact fractions are written
 INTEGER = r"-?(?:0|[1-9][0-9]*)"
 FRACTION = r"(?:\.[0-9]+)?"
 EXPONENT = r"(?:[eE][+-]?[0-9]+)?"
@@ -334,8 +335,13 @@ class _Translator:
             for n in names:
                 parts = [b[n] if n in b else extra for b, extra in members]
                 if False in parts:
-                    if n in merged.get("required", []):
-                        raise Unsatisfiable(f"required {n!r} is closed out by a branch of allOf", pointer=p, keyword="allOf")
+                    if n in merged.get("required", []):  # no object fits; values of other types may
+                        types = merged.get("type", list(ALL_TYPES))
+                        others = [t for t in ([types] if isinstance(types, str) else types) if t != "object"]
+                        if not others:
+                            raise Unsatisfiable(f"required {n!r} is closed out by a branch of allOf",
+                                                pointer=p, keyword="allOf")
+                        merged["type"] = others
                     continue
                 props[n] = _conjunction(parts)
             if names:
@@ -777,6 +783,18 @@ class _Translator:
                 decimals = -exp.exponent
             elif not integer or step != 1:
                 self.skip(p, "multipleOf", f"multipleOf {step} is not enforced")
+        if decimals is not None:
+            # jsonschema divides in floats: x / 0.01 is an integer exactly when x is a multiple a
+            # float holds exactly (12.25, not 0.07) and x * 100 stays under 2**53
+            if decimals > MAX_DECIMALS:
+                self.skip(p, "multipleOf", f"multipleOf {step} is not enforced")
+                decimals = None
+            else:
+                cap = (2 ** 53 - 1) // 10 ** decimals
+                if lo is None or lo < -cap:
+                    lo, lo_incl = -cap, True
+                if hi is None or hi > cap:
+                    hi, hi_incl = cap, True
         if integer:
             ilo = None if lo is None else (math.ceil(lo) if lo_incl or lo != int(lo) else int(lo) + 1)
             ihi = None if hi is None else (math.floor(hi) if hi_incl or hi != int(hi) else int(hi) - 1)
@@ -784,8 +802,7 @@ class _Translator:
                 raise SchemaError(f"no integer lies between {lo} and {hi}", pointer=p, keyword="maximum")
             return INTEGER if ilo is None and ihi is None else int_range(ilo, ihi)
         if lo is None and hi is None:
-            frac = FRACTION if decimals is None else rf"(?:\.[0-9]{{1,{decimals}}})?"
-            return INTEGER + frac + (EXPONENT if decimals is None else "")
+            return INTEGER + FRACTION + EXPONENT
         # integer-valued bounds are exact; fractional ones round inward (a valid subset)
         rlo = None if lo is None else math.ceil(lo)
         rhi = None if hi is None else math.floor(hi)
@@ -800,9 +817,9 @@ class _Translator:
             self.skip(p, "maximum", f"no number with integer bounds lies in [{lo}, {hi}]")
             return NUMBER
         if decimals is not None:
-            out = out.replace(r"(?:\.[0-9]+)?", rf"(?:\.[0-9]{{1,{decimals}}})?")
-            if r"\.[0-9]*[1-9][0-9]*" in out or r"\.0+" in out:
-                self.skip(p, "multipleOf", "multipleOf beside an exclusive or fractional bound is not enforced")
+            nonzero = _exact_fractions(decimals)
+            out = out.replace(r"(?:\.[0-9]+)?", rf"(?:\.(?:0{{1,{decimals}}}|{nonzero}))?")
+            out = out.replace(r"\.0+", rf"\.0{{1,{decimals}}}").replace(r"\.[0-9]*[1-9][0-9]*", rf"\.{nonzero}")
         return out
 
     # ---- containers ----
@@ -1000,6 +1017,17 @@ class _Translator:
             more = "*" if max_p is None else f"{{0,{max_p - min_p}}}"
             return rf"\{{{ws}{f'{ws},{ws}'.join(firsts)}(?:{ws},{ws}{member}){more}{ws}\}}"
         return rf"\{{{ws}{_member_list(members, req, f'{ws},{ws}')}{ws}\}}"
+
+
+def _exact_fractions(decimals: int) -> str:
+    """The nonzero fractions of multiples of 10**-decimals that a float holds exactly: j / 2**decimals
+    (25, 5, 75 for two decimals), trailing zeros at will, as an alternation."""
+    out = []
+    for j in range(1, 2 ** decimals):
+        core = f"{j * 5 ** decimals:0{decimals}d}".rstrip("0")
+        rest = decimals - len(core)
+        out.append(core + (f"0{{0,{rest}}}" if rest else ""))
+    return f"(?:{'|'.join(out)})"
 
 
 def _member_list(members: list[str], required: list[bool], sep: str) -> str:
