@@ -184,7 +184,7 @@ def test_random_client_every_mode(family):
         g = compile_tools(tok, tools, format=family, tool_choice=choice, parallel_tool_calls=parallel,
                           thinking=thinking)
         for trial in range(scale(1, 3)):
-            budget = int(rng.integers(g.min_tokens, g.min_tokens + 120))
+            budget = int(rng.integers(g.min_tokens, g.min_tokens + scale(60, 120)))
             ids, ended = sample(g, budget, rng)
             assert len(ids) <= budget
             state = g.walk(ids, budget)
@@ -246,7 +246,7 @@ def test_kimi_call_indices_count_calls():
     g = compile_tools(tok, offered_tools(), format="kimi_k2", tool_choice="required")
     rng = np.random.default_rng(2)
     seen = 0
-    budget, n, rate = (400, 12, 0.6) if FULL else (150, 10, 0.9)
+    budget, n, rate = (400, 12, 0.6) if FULL else (150, 6, 0.9)
     for _ in range(n):
         ids, _ = sample(g, budget, rng, special_rate=rate)
         calls = g.parse(ids).tool_calls
