@@ -15,8 +15,8 @@ from test_tool_models import eager, model_for
 from test_toolcalls import TOKENIZER_OF, offered_tools
 
 FAMILIES = [f for f in TOKENIZER_OF if f != "mistral_args"]  # no tekken tokenizer for a model here
-PER_FAMILY = scale(4, 125)  # in each of two halves (--full: the long soak)
-WARM = scale(2, 12)
+PER_FAMILY = scale(3, 125)  # in each of two halves (--full: the long soak)
+WARM = scale(1, 12)
 CHOICES = ["required", "auto", "none", "auto", "required"]
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from mlx_lm.sample_utils import make_sampler
 
-from conftest import tokenizer_dir
+from conftest import scale, tokenizer_dir
 from engine import compile_tools, generate
 from models import write_random_model
 from test_toolcalls import MLX_LM_PARSERS, TOKENIZER_OF, mlx_lm_calls, offered_tools
@@ -52,8 +52,8 @@ def test_generate_with_tools_on_a_random_model(family, tmp_path_factory):
     by_name = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
     messages = [{"role": "user", "content": "Move a.txt to b.txt, then show the graph."}]
     outcomes = set()
-    for seed, (choice, max_tokens) in enumerate([("required", 60), ("auto", 60), ("auto", 200), ("none", 30),
-                                                 ("required", 150)]):
+    for seed, (choice, max_tokens) in enumerate([("required", 60), ("auto", 60), ("auto", scale(100, 200)),
+                                                 ("none", 30), ("required", scale(90, 150))]):
         g = compile_tools(tok, tools, format=family, tool_choice=choice)
         mx.random.seed(seed)
         result = generate(model, tok, messages, tools=tools, tool_choice=choice, format=family,
