@@ -63,7 +63,8 @@ def sample(grammar, max_tokens, rng, width=None, special_rate=0.3):
     """One output from the random client, through the processor exactly as mlx-lm calls it."""
     width = width or grammar.vocab.size
     proc = grammar.matcher(max_tokens)
-    symbols = np.asarray(sorted(grammar.vocab.symbols), dtype=np.int64)
+    special = np.zeros(width, dtype=bool)
+    special[[i for i in [*grammar.vocab.symbols, grammar.vocab.eos_ids[0]] if i < width]] = True
     prompt = [1, 2, 3]
     out = []
     logits = mx.zeros((1, width))
@@ -73,8 +74,8 @@ def sample(grammar, max_tokens, rng, width=None, special_rate=0.3):
         assert len(allowed) > 0
         pick = allowed
         if len(allowed) > 1000 and rng.random() < special_rate:
-            special = np.intersect1d(allowed, np.concatenate([symbols, [grammar.vocab.eos_ids[0]]]))
-            pick = special if len(special) else allowed
+            chosen = allowed[special[allowed]]
+            pick = chosen if len(chosen) else allowed
         token = int(rng.choice(pick))
         if token in grammar.vocab.eos_ids:
             return out, True

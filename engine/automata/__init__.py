@@ -11,7 +11,7 @@
 - ``linked``: reference graphs as one DFA per definition, a call stack in the state.
 """
 
-from .automaton import UNREACHABLE, Automaton, TokenAutomaton, distances
+from .automaton import UNREACHABLE, Automaton, TokenAutomaton, distances, sorted_unique
 from .lazy import LazyAutomaton
 from .linked import LinkedAutomaton
 from .compile import AUTOMATA, automaton_key, check_regex_size, compile_linked, compile_regex
@@ -20,4 +20,4 @@ from . import counters
 
 __all__ = ["AUTOMATA", "MASKS", "STATE_MASKS", "UNREACHABLE", "Automaton", "LazyAutomaton", "LinkedAutomaton", "MaskTable", "TokenAutomaton", "additive_mask", "allowed_mask", "automaton_key",
            "check_regex_size", "compile_linked", "compile_regex", "counters", "distances", "eos_mask", "new_owner", "shared_mask",
-           "state_mask"]
+           "sorted_unique", "state_mask"]

@@ -19,12 +19,13 @@ from ..caches import Cache
 from ..errors import CompileError
 from ..symbols import FORGE_BYTE, SPECIAL_CLASS
 from ..vocabulary import Vocab
-from .automaton import UNREACHABLE, Automaton, bfs, ranges, state_graph
+from .automaton import UNREACHABLE, Automaton, bfs, ranges, sorted_unique, state_graph
 from .byte_dfa import byte_dfa
 
 DEFAULT_MAX_EDGES = 64_000_000  # token transitions per automaton (about 12 bytes each while building)
 MIN_RUN_BYTES = 16  # a state looping on fewer ASCII bytes is walked token by token
-TRIES = Cache("vocabulary tries", 8, per_vocabulary=True)  # by vocabulary fingerprint
+# by vocabulary fingerprint; a family's tool vocabularies (other end tokens) have tries of their own
+TRIES = Cache("vocabulary tries", 512 << 20, lambda t: t.nbytes, per_vocabulary=True)
 RUNS = Cache("character-class runs", 256, per_vocabulary=True)  # by (vocabulary fingerprint, character class)
 TRIE_LOCK = threading.Lock()  # one trie build at a time (it takes seconds and much memory)
 
@@ -48,6 +49,11 @@ class _Trie:
     doff: np.ndarray
     node_of_id: np.ndarray
     key: str  # the vocabulary's fingerprint
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.child, self.coff, self.byte, self.ids, self.eoff, self.parent,
+                                      self.doff, self.node_of_id))
 
 
 def vocabulary_trie(vocab: Vocab) -> _Trie:
@@ -294,7 +300,7 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
                 break
             run = _run_for(trie, char_class)
             looping, m = _run_states(trans, run, group)
-            group = np.setdiff1d(group, looping)
+            group = group[~np.isin(group, looping)]
             if boundary is not None:
                 looping, m = looping[~boundary[m].any(axis=1)], m[~boundary[m].any(axis=1)]
             for s, row in zip(looping.tolist(), m):
@@ -320,7 +326,7 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
                 cur = trans[m[run.exit_j[ok], run.exit_k[ok]], trie.byte[run.exits[ok]]]
                 alive = cur != n
                 starts.append((np.full(int(alive.sum()), s, dtype=np.int32), run.exits[ok][alive], cur[alive]))
-            group = np.setdiff1d(group, list(blocks))
+            group = group[~np.isin(group, list(blocks))]
     walked = states[~np.isin(states, list(blocks))] if blocks else states
     # the first byte from the table's rows, not from the root's 256 children for every state
     first, root = trans[walked], _root_children(trie)
@@ -430,7 +436,7 @@ def build(regex: str, vocab: Vocab, key: str, macro: tuple[str, int] | None = No
     extra = ((macro[0].encode(), macro[1]),) if macro else ()
     src, tok, dst, blocks = token_edges(trans, vocabulary_trie(vocab), max_edges, extra)
     # keep the states the initial one reaches by tokens and that can still reach acceptance
-    block_dst = {s: np.unique(t) for s, (_, t) in blocks.items()}
+    block_dst = {s: sorted_unique(t) for s, (_, t) in blocks.items()}
     block_src = [np.full(len(t), s) for s, t in block_dst.items()]
     gs, gd = state_graph(np.concatenate([src, *block_src]), np.concatenate([dst, *block_dst.values()]), n)
     to_end = bfs(gd, gs, np.flatnonzero(final), n)

@@ -27,7 +27,7 @@ from ..caches import Cache
 from ..errors import CompileError
 from ..symbols import link_symbol
 from ..vocabulary import Vocab
-from .automaton import UNREACHABLE, bfs
+from .automaton import UNREACHABLE, bfs, sorted_unique
 from .byte_dfa import byte_dfa
 from .index import descend, token_edges, token_row_hits, vocabulary_trie
 from .lazy import shortest_path_table, single_steps
@@ -236,7 +236,7 @@ class LinkedAutomaton:
         if not len(hit_node):
             return
         trie = vocabulary_trie(self.vocab)
-        for u in np.unique(hit_state).tolist():
+        for u in sorted_unique(hit_state).tolist():
             nodes = hit_node[hit_state == u]  # every token standing on u walks on together
             for e in self.closure((stack, p, u))[1:]:
                 self._read(e, descend(self.trans[e[1]], trie, nodes, e[2], self.boundary[e[1]]), toks, costs)

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..caches import Cache
 from ..vocabulary import Vocab
-from .automaton import TokenAutomaton
+from .automaton import TokenAutomaton, sorted_unique
 
 MASKS = Cache("masks", 512 << 20, lambda m: m.nbytes)  # by content digest, bounded by bytes
 # (owner, state, capped budget, width) -> mask digest, and ("cap", owner, state) -> the state's cap
@@ -58,7 +58,7 @@ def shared_mask(ids: np.ndarray, width: int) -> tuple[bytes, mx.array]:
     the mask). The digest is of the set: its sorted ids when few, else its bits (an eighth of a
     wide row's ids)."""
     if len(ids) * 32 < width:
-        content = b"i" + np.unique(ids).astype(np.int32).tobytes()
+        content = b"i" + sorted_unique(ids).astype(np.int32).tobytes()
         build = lambda: additive_mask(ids, width)  # noqa: E731
     else:
         allowed = np.zeros(width, dtype=bool)

@@ -183,7 +183,7 @@ class ToolGrammar:
             if budget >= 0:
                 for c in state:
                     parts += self._allowed(c, budget)
-            return allowed_mask(np.unique(np.concatenate(parts)), self.is_final(state), self.vocab, width)
+            return allowed_mask(np.concatenate(parts), self.is_final(state), self.vocab, width)
 
         return state_mask(self._owner, state, left - 1, width, lambda: max(self._cap(c) for c in state), build)
 

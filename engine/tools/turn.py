@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..automata import UNREACHABLE, compile_regex
+from ..automata import UNREACHABLE, compile_regex, sorted_unique
 from ..errors import CompileError
 from ..symbols import MACRO
 from .tree import Format, contains, drop, must, render, single, strip_open, without
@@ -86,7 +86,7 @@ class Turn:
         if self._preds is None:  # the outer graph's distinct edges, once: free text has 150k of them
             src = np.repeat(np.arange(n, dtype=np.int64), np.diff(a.offsets))
             macro = a.tokens == MACRO_ID
-            edges = np.unique(src[~macro] * n + a.targets[~macro])
+            edges = sorted_unique(src[~macro] * n + a.targets[~macro])
             plain: list[list[int]] = [[] for _ in range(n)]
             for s, t in zip((edges // n).tolist(), (edges % n).tolist()):
                 plain[t].append(s)
