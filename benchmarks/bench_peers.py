@@ -85,8 +85,8 @@ class Refused(Exception):
 class Toolgate:
     name = "toolgate"
 
-    def __init__(self, tok, lenient: bool = False):
-        self.tok, self.strict = tok, not lenient
+    def __init__(self, tok, lenient: bool = False, extra_keys: bool = False):
+        self.tok, self.strict, self.extra_keys = tok, not lenient, extra_keys
         if lenient:
             self.name = "toolgate (lenient)"
         engine.compile_json_schema(tok, {"type": "integer"})  # vocabulary and byte trie, before any fork
@@ -95,7 +95,8 @@ class Toolgate:
         try:
             # in this process: the harness's child already bounds time (the default builder
             # process would cost each fresh job child one fork)
-            g = engine.compile_json_schema(self.tok, schema, strict=self.strict, timeout=None)
+            g = engine.compile_json_schema(self.tok, schema, strict=self.strict, timeout=None,
+                                           extra_keys=self.extra_keys)
         except engine.ToolgateError as e:
             raise Refused(f"{type(e).__name__}: {e}") from None
         g.mask(g.initial_state, BIG, WIDTH)
@@ -127,11 +128,11 @@ class Toolgate:
     def warm(self, schema) -> dict:
         """Compile again from memory, then from the disk cache."""
         t = time.perf_counter()
-        engine.compile_json_schema(self.tok, schema, strict=self.strict, timeout=None)
+        engine.compile_json_schema(self.tok, schema, strict=self.strict, timeout=None, extra_keys=self.extra_keys)
         memory = time.perf_counter() - t
         engine.clear_caches(vocabularies=False)
         t = time.perf_counter()
-        g = engine.compile_json_schema(self.tok, schema, strict=self.strict, timeout=None)
+        g = engine.compile_json_schema(self.tok, schema, strict=self.strict, timeout=None, extra_keys=self.extra_keys)
         g.mask(g.initial_state, BIG, WIDTH)
         return {"warm_memory": memory, "warm_disk": time.perf_counter() - t}
 
@@ -656,6 +657,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a few minutes: 1 schema per subset, short runs")
     ap.add_argument("--per-subset", type=int, help="schemas per JSONSchemaBench subset")
     ap.add_argument("--limit", type=float, help="seconds allowed to reach the first mask")
+    ap.add_argument("--extra-keys", action="store_true", help="toolgate writes undeclared object keys where allowed")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS.md"))
     ap.add_argument("--from-json", help="re-render the report and plots from a saved results_peers.json")
     args = ap.parse_args()
@@ -682,7 +684,7 @@ def main():
     model, tok = mlx_lm.load(str(folder))
     hf = AutoTokenizer.from_pretrained(str(SHARED / "tokenizers" / "qwen3"))
     log("setting up the engines (tokenizer conversions) ...")
-    ours = Toolgate(tok)
+    ours = Toolgate(tok, extra_keys=args.extra_keys)
     peers = [LLGuidance(hf), XGrammar(hf), OutlinesCore(engine.vocabulary.build_vocab(tok))]
     engines = [ours] + peers
     lenient = {"toolgate": Toolgate(tok, lenient=True), "llguidance": LLGuidance(hf, lenient=True)}

@@ -204,6 +204,7 @@ def compile_json_schema(
     max_depth: int = 3,
     timeout: float | None = DEFAULT_TIMEOUT,
     link: bool | None = None,
+    extra_keys: bool = False,
 ) -> Grammar:
     """Compile a JSON schema (dict, bool or JSON text) for ``tokenizer``; cached.
 
@@ -213,7 +214,9 @@ def compile_json_schema(
     process (``None``: in this process, unbounded in time). ``link=True`` compiles each
     referenced definition once and links them (recursion then nests as deep as the budget allows,
     not ``max_depth``); ``None`` (default) links when the expanded regex is too large or would
-    leave references unenforced; ``False`` never links.
+    leave references unenforced; ``False`` never links. ``extra_keys=True`` lets objects write
+    undeclared keys after the declared ones where the schema allows them (by default only declared
+    keys are written: every output is still valid, and models are not invited to invent keys).
     """
     if isinstance(schema, (str, bytes)):
         try:
@@ -225,7 +228,7 @@ def compile_json_schema(
         text = schema_key(schema)
     except (TypeError, ValueError) as e:
         raise SchemaError(f"schema is not JSON data: {e}") from None
-    key = ("schema", vocab.fingerprint, text, whitespace, strict, max_depth, link)
+    key = ("schema", vocab.fingerprint, text, whitespace, strict, max_depth, link, extra_keys)
     found = GRAMMARS.get(key)
     if found is not None:  # checked when it was compiled
         return found
@@ -240,7 +243,8 @@ def compile_json_schema(
             return _linked(None)
         try:
             t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
-                                max_length=MAX_LENGTH, max_chars=MAX_REGEX_CHARS, counters=True)
+                                max_length=MAX_LENGTH, max_chars=MAX_REGEX_CHARS, counters=True,
+                                extra_keys=extra_keys)
         except SchemaError as e:
             if e.keyword != "$ref" or not ("expanding" in str(e) or "max_depth" in str(e)) or link is False:
                 raise
@@ -248,7 +252,7 @@ def compile_json_schema(
         if link is None and (len(t.regex) > SHRINK_FROM or any(kw == "$ref" for _, kw in t.unenforced)):
             try:
                 linked = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
-                                         max_length=LINKED_MAX_LENGTH, link=True)
+                                         max_length=LINKED_MAX_LENGTH, link=True, extra_keys=extra_keys)
                 size = sum(map(len, linked.definitions), len(linked.regex))
                 if size * 2 < len(t.regex) and len(t.regex) > LINK_FROM or size * SHRINK < len(t.regex) or \
                         len(linked.unenforced) < len(t.unenforced):
@@ -262,7 +266,7 @@ def compile_json_schema(
         try:
             if t is None:
                 t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
-                                    max_length=LINKED_MAX_LENGTH, link=True)
+                                    max_length=LINKED_MAX_LENGTH, link=True, extra_keys=extra_keys)
             automaton = compile_linked([t.regex, *t.definitions], vocab, timeout=timeout)
         except (SchemaError, CompileError):
             if failed is not None:

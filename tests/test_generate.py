@@ -169,3 +169,27 @@ def test_long_string_bound_counted_beside_the_dfa(tiny_model):
         check(result, schema, 400)
         lengths.append(len(json.loads(result.text)["s"]))
     assert max(lengths) > 250, lengths  # the runs reached the last tokens before the bound
+
+
+def test_extra_keys_through_the_model(tiny_model):
+    """extra_keys=True: undeclared keys after the declared ones walk through the token automaton,
+    random sampling stays valid at every budget tried, and the default writes declared keys only."""
+    model, tok = tiny_model
+    schema = {"type": "object", "properties": {"id": {"enum": [1, 2]}, "name": {"type": "string"}},
+              "required": ["id"]}
+    g = engine.compile_json_schema(tok, schema, extra_keys=True)
+    plain = engine.compile_json_schema(tok, schema)
+    for text, fits in (('{"id": 1, "note": [1, {"a": null}]}', True), ('{"id": 1, "name": "x", "n": 2}', True),
+                       ('{"id": 1, "id": 2}', False), ('{"name": "x"}', False)):
+        state = g.walk(tok.encode(text))
+        assert (state is not None and g.is_final(state)) == fits, text
+        state = plain.walk(tok.encode(text))
+        assert not (state is not None and plain.is_final(state)) or text == '{"id": 1}'
+    extras = 0
+    for seed in range(6):
+        mx.random.seed(seed)
+        r = engine.generate(model, tok, "JSON:", response_format=g, max_tokens=g.min_tokens + 10 * seed,
+                            sampler=make_sampler(temp=1.0))
+        jsonschema.validate(json.loads(r.text), schema)
+        extras += bool(set(json.loads(r.text)) - {"id", "name"})
+    assert extras, "a random model writes undeclared keys when they are allowed"

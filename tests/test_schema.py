@@ -7,6 +7,7 @@ import jsonschema
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from conftest import scale
 from engine.errors import SchemaError
 from engine.json_schema import schema_to_regex
 from engine.regexes import py_regex as python_spelling
@@ -532,3 +533,57 @@ def test_a_required_key_closed_out_leaves_the_other_types():
     with pytest.raises(SchemaError):
         schema_to_regex({"type": ["object", "integer", "string"], "properties": {"a": {}}, "required": ["a"],
                          "oneOf": [{}, {"additionalProperties": False, "properties": {}}]})
+
+
+KEY_NAMES = ["a", "ab", "b", "a\"", "é", "x-y", "c\\"]
+MEMBER_VALUES = ["1", '"s"', "[]", '{"q":null}']
+
+
+@st.composite
+def open_objects(draw):
+    """An object schema over names that are prefixes of each other or need escapes, with
+    additionalProperties absent, true, a schema or false, and an instance written as a model
+    could write it: some declared keys in order, then any keys (declared, undeclared, escaped)."""
+    names = draw(st.lists(st.sampled_from(KEY_NAMES), unique=True, max_size=4))
+    props = {n: draw(st.sampled_from([{"type": "integer"}, {"type": "string"}, {}])) for n in names}
+    schema = {"type": "object", "properties": props,
+              "required": draw(st.lists(st.sampled_from(names), unique=True)) if names else []}
+    extra = draw(st.sampled_from(["absent", True, {"type": "integer"}, False]))
+    if extra != "absent":
+        schema["additionalProperties"] = extra
+    if names and draw(st.booleans()):
+        schema["dependentRequired"] = {names[0]: names[1:2]}
+    declared = [n for n in names if draw(st.booleans())]
+    fresh = ["", "abc", "ba", "zz", "a\"b", "éa", "x-"]
+    more = draw(st.lists(st.sampled_from(KEY_NAMES + fresh * 2), max_size=3))
+    members = []
+    for k in declared + more:
+        key = json.dumps(k, ensure_ascii=False)
+        if k and draw(st.integers(0, 3)) == 0:  # the first character escaped: the key spelled otherwise
+            key = '"\\u%04x' % ord(k[0]) + key[2:]
+        members.append(key + ":" + draw(st.sampled_from(MEMBER_VALUES)))
+    return schema, "{" + ",".join(members) + "}", declared, more
+
+
+@settings(max_examples=scale(100, 400), deadline=None)
+@given(case=open_objects())
+def test_extra_keys_agree_with_jsonschema(case):
+    """extra_keys: whatever the regex accepts is valid, and a valid object written with its
+    declared keys in order, then undeclared plain keys with values the schema allows, is accepted."""
+    schema, text, declared, more = case
+    rx = py_regex(schema_to_regex(schema, extra_keys=True).regex)
+    value = json.loads(text)
+    valid = jsonschema.Draft202012Validator(schema).is_valid(value)
+    if rx.fullmatch(text):
+        assert valid, (schema, text)
+    plain = "\\u" not in text and len(set(declared + more)) == len(declared + more) and not set(more) & set(schema["properties"])
+    writable = plain and all(k[-1:] not in '"\\' and '"' not in k for k in more)
+    extra = schema.get("additionalProperties", True)
+    if valid and writable and extra is not False and all(json.dumps(value[k]) in ("1", "\"s\"") or extra is True for k in more):
+        assert rx.fullmatch(text), (schema, text)
+
+
+def test_extra_keys_are_off_by_default():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert not py_regex(schema_to_regex(schema).regex).fullmatch('{"a":1,"b":2}')
+    assert py_regex(schema_to_regex(schema, extra_keys=True).regex).fullmatch('{"a":1,"b":2}')

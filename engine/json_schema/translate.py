@@ -35,6 +35,37 @@ STRING_CHAR = (rf'(?:[^"\\\x00-\x1F{SPECIAL_CLASS}]|\\["\\/bfnrt]'
                r'|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))')
 LINK_MEMBERS_FROM = 1500  # linking, a property value written longer than this is a definition of its own
 PLAIN_CHAR = rf'[^"\\\x00-\x1F{SPECIAL_CLASS}]'  # a string character written as itself
+MAX_EXCLUDED_KEY = 64  # longest declared name a key regex steers around (groups nest per character)
+
+
+def _class_char(c: str) -> str:
+    return "\\" + c if c in "\\.+*?()|[]{}^$#&-~" else c
+
+
+def _plain(c: str) -> bool:
+    return c not in '"\\' and ord(c) >= 0x20 and not 0xE000 <= ord(c) <= 0xEFFF
+
+
+def key_except(names: list[str]) -> str | None:
+    """A JSON string (quotes included) whose text is none of ``names``, or None when a name is
+    too long to steer around. While the key is still a prefix of some name it is written without
+    escapes (an escaped spelling of a name would be that name); once it differs, anything goes."""
+    if any(len(n) > MAX_EXCLUDED_KEY for n in names):
+        return None
+    trie: dict = {}
+    for name in names:
+        node = trie
+        for ch in name:
+            node = node.setdefault(ch, {})
+        node[""] = {}  # a name ends here
+
+    def below(node: dict) -> str:
+        kids = sorted(c for c in node if c)
+        alts = [] if "" in node else [""]
+        alts.append(f'[^"\\\\\\x00-\\x1F{SPECIAL_CLASS}{"".join(map(_class_char, kids))}]{STRING_CHAR}*')
+        alts += [escape(c) + below(node[c]) for c in kids if _plain(c)]  # others need escapes
+        return "(?:" + "|".join(alts) + ")"
+    return f'"{below(trie)}"'
 # free-form objects with minProperties write that many keys of distinct lengths, up to this many
 MAX_FREE_MIN_PROPERTIES = 32
 MAX_DECIMALS = 6  # multipleOf 10**-k up to this k: 2**k exact fractions are written
@@ -97,6 +128,7 @@ class Options:
     ref_budget: int | None = None  # lenient: $ref expansion characters before references are written loosely
     counters: bool = False  # longer string bounds are counted beside the DFA (automata.counters)
     link: bool = False  # each referenced definition written once, uses as markers (automata.linked)
+    extra_keys: bool = False  # undeclared keys after the declared ones where the schema allows them
 
 
 @dataclass
@@ -888,8 +920,9 @@ class _Translator:
         return f'"{escape(json.dumps(name, ensure_ascii=False)[1:-1])}"{self.ws}:{self.ws}{regex}'
 
     def object(self, s: dict, p: str) -> str:
-        """Declared properties only, in schema order. Where a keyword cannot be expressed
-        exactly, the output is narrowed to a subset that always satisfies it."""
+        """Declared properties in schema order (then, with ``extra_keys``, undeclared ones the
+        schema allows). Where a keyword cannot be expressed exactly, the output is narrowed to a
+        subset that always satisfies it."""
         ws = self.ws
         props = dict(s.get("properties", {}) or {})
         if not isinstance(s.get("properties", {}) or {}, dict):
@@ -1016,7 +1049,29 @@ class _Translator:
             firsts = [member] if min_p == 1 else [f'"{PLAIN_CHAR}{{{i}}}"{ws}:{ws}{value}' for i in range(1, min_p + 1)]
             more = "*" if max_p is None else f"{{0,{max_p - min_p}}}"
             return rf"\{{{ws}{f'{ws},{ws}'.join(firsts)}(?:{ws},{ws}{member}){more}{ws}\}}"
-        return rf"\{{{ws}{_member_list(members, req, f'{ws},{ws}')}{ws}\}}"
+        sep = f"{ws},{ws}"
+        more = self.extra_member(s, extra, p, max_p, [*(s.get("properties") or {}), *props, *dependents])
+        if more is None:
+            return rf"\{{{ws}{_member_list(members, req, sep)}{ws}\}}"
+        if True in req:
+            return rf"\{{{ws}{_member_list(members, req, sep)}(?:{sep}{more})*{ws}\}}"
+        lists = _member_list(members, req, sep, at_least_one=True)
+        return rf"\{{{ws}(?:{lists}(?:{sep}{more})*|{more}(?:{sep}{more})*)?{ws}\}}"
+
+    def extra_member(self, s: dict, extra: Any, p: str, max_p: int | None, names: list[str]) -> str | None:
+        """An undeclared ``"key": value`` written after the declared ones, its key none of ``names``;
+        None where the object may have none, or counts or rules keys in ways this does not follow."""
+        if not self.o.extra_keys or extra is False or max_p is not None or "unevaluatedProperties" in s:
+            return None
+        key = key_except(sorted(set(names)))
+        if key is None:
+            return None
+        try:
+            value = self.any_value(self.o.max_depth - 1, p) if extra is True else \
+                self.value(extra, _ptr(p, "additionalProperties"))
+        except (_TooDeep, Unsatisfiable):
+            return None
+        return f"{key}{self.ws}:{self.ws}{value}"
 
 
 def _exact_fractions(decimals: int) -> str:
@@ -1030,9 +1085,10 @@ def _exact_fractions(decimals: int) -> str:
     return f"(?:{'|'.join(out)})"
 
 
-def _member_list(members: list[str], required: list[bool], sep: str) -> str:
+def _member_list(members: list[str], required: list[bool], sep: str, at_least_one: bool = False) -> str:
     """Members in order, the optional ones left out at will, ``sep`` between those written; each
-    member appears at most twice, so the regex grows linearly with the member count."""
+    member appears at most twice, so the regex grows linearly with the member count. With
+    ``at_least_one`` (no member required) at least one is written."""
     if True in required:
         first = required.index(True)
         head = "".join(f"(?:{m}{sep})?" for m in members[:first])  # optional ones before: comma after
@@ -1052,7 +1108,7 @@ def _member_list(members: list[str], required: list[bool], sep: str) -> str:
     lists = nonempty(blocks[0])
     for block in blocks[1:]:
         lists = f"(?:{lists}{''.join(f'(?:{sep}{m})?' for m in block)}|{nonempty(block)})"
-    return f"(?:{lists})?"
+    return lists if at_least_one else f"(?:{lists})?"
 
 
 def _const_key(v: Any) -> str:
@@ -1242,7 +1298,8 @@ def _valid(value: Any, schema: dict, root: Any) -> bool:
 
 def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool = True,
                     max_depth: int = 3, max_repeat: int = 256, max_length: int = 256,
-                    max_chars: int | None = None, counters: bool = False, link: bool = False) -> Translation:
+                    max_chars: int | None = None, counters: bool = False, link: bool = False,
+                    extra_keys: bool = False) -> Translation:
     """Translate a JSON schema (dict, bool or JSON text) to a regex over JSON text.
 
     ``max_repeat`` and ``max_length`` are the largest item count and string length written into
@@ -1253,6 +1310,9 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     limits are in ``Translation.counters`` (enforced by the grammar, see automata.counters).
     With ``link``, each referenced definition is written once, in ``Translation.definitions``,
     and each use as its marker (see automata.linked); recursion then nests without a depth bound.
+    By default an object writes its declared keys only (a narrowing where the schema allows more);
+    with ``extra_keys`` it may write undeclared ones after them where the schema allows any (no
+    patternProperties, propertyNames, maxProperties or unevaluatedProperties on that object).
     """
     if isinstance(schema, (str, bytes)):
         try:
@@ -1262,7 +1322,8 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     # lenient mode writes references loosely once their expansion passes a budget, smaller on
     # each try until the regex fits ``max_chars`` (the last also nests free values one level only)
     if link:
-        t = _Translator(schema, Options(whitespace, strict, max_depth, max_repeat, max_length, None, counters, True))
+        t = _Translator(schema, Options(whitespace, strict, max_depth, max_repeat, max_length, None, counters, True,
+                                           extra_keys))
         try:
             regex = t.value(schema, "#")
         except RecursionError:
@@ -1271,7 +1332,8 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     budgets = [None] if strict else [MAX_EXPANSION // 4, MAX_EXPANSION // 64, MAX_EXPANSION // 1024, 0]
     for budget in budgets:
         depth = 1 if budget == 0 else max_depth
-        t = _Translator(schema, Options(whitespace, strict, depth, max_repeat, max_length, budget, counters))
+        t = _Translator(schema, Options(whitespace, strict, depth, max_repeat, max_length, budget, counters, False,
+                                           extra_keys))
         try:
             regex = t.value(schema, "#")
         except _TooDeep:
