@@ -155,6 +155,13 @@ def cmd_build(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from .server import serve
+
+    serve(args.model, host=args.host, port=args.port, max_active=args.max_batch, max_waiting=args.max_queue)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="toolgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -171,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--temp", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--stream", action="store_true", help="print OpenAI-style deltas as they come")
+    srv = sub.add_parser("serve", help="an OpenAI-compatible server that enforces tools, tool_choice and response_format")
+    srv.add_argument("--model", help="mlx-lm model path or Hub id (default: the embedded model)")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8080)
+    srv.add_argument("--max-batch", type=int, default=16, help="sequences decoded together")
+    srv.add_argument("--max-queue", type=int, default=64, help="requests waiting beyond those (then 429)")
     build = sub.add_parser("build-default-model", help="train the embedded default model (what ships in the package)")
     build.add_argument("--out", help="folder to write (default: the package's engine/embedded_model)")
     build.add_argument("--steps", type=int, help="training steps (default: the shipped model's)")
@@ -187,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return {"run": cmd_run, "formats": cmd_formats, "check": cmd_check,
-                "build-default-model": cmd_build}[args.command](args)
+                "build-default-model": cmd_build, "serve": cmd_serve}[args.command](args)
     except (ToolgateError, ValueError) as e:
         print(f"toolgate: error: {e}", file=sys.stderr)
         return 2

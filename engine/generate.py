@@ -96,8 +96,9 @@ def _opened_thinking(tokenizer: Any, ids: list[int], fmt: Format) -> bool:
     return tokenizer.decode(ids[-4:]).rstrip().endswith(opener)
 
 
-def _setup(tokenizer: Any, prompt: Prompt, request: Request) -> tuple[Any, list[int]]:
-    """The compiled constraint (or None) and the prompt's token ids."""
+def prepare(tokenizer: Any, prompt: Prompt, request: Request) -> tuple[Any, list[int]]:
+    """The compiled constraint (a Grammar, a ToolGrammar or None) and the prompt's token ids;
+    raises the engine's errors (schema, tools, budget-independent) before anything is generated."""
     if request.response_format is not None and request.tools is not None:
         raise RequestError("pass either response_format or tools, not both")
     grammar = None
@@ -141,7 +142,9 @@ def _run(model: Any, tokenizer: Any, grammar: Any, ids: list[int], max_tokens: i
             return
 
 
-def _result(tokenizer: Any, grammar: Any, ids: list[int], out: list[int], flags: dict, max_tokens: int) -> Result:
+def finish(tokenizer: Any, grammar: Any, ids: list[int], out: list[int], flags: dict, max_tokens: int) -> Result:
+    """The Result of generating ``out`` (token ids, end-of-sequence left out) after prompt ``ids``
+    under ``grammar``; ``flags``: ``ended`` (the output stopped by itself), ``eos`` (by an EOS token)."""
     text = tokenizer.decode(out)
     ended = flags.get("ended", False)
     used = len(out) + int(flags.get("eos", False))
@@ -177,12 +180,12 @@ def generate(model: Any, tokenizer: Any, prompt: Prompt, request: Request | None
     for the modes). Other keyword arguments go to mlx-lm's ``stream_generate``.
     """
     request, kwargs = Request.split(request, options)
-    grammar, ids = _setup(tokenizer, prompt, request)
+    grammar, ids = prepare(tokenizer, prompt, request)
     out: list[int] = []
     flags: dict = {}
     for _ in _run(model, tokenizer, grammar, ids, request.max_tokens, request.sampler, kwargs, out, flags):
         pass
-    return _result(tokenizer, grammar, ids, out, flags, request.max_tokens)
+    return finish(tokenizer, grammar, ids, out, flags, request.max_tokens)
 
 
 def stream_generate(model: Any, tokenizer: Any, prompt: Prompt, request: Request | None = None,
@@ -192,7 +195,7 @@ def stream_generate(model: Any, tokenizer: Any, prompt: Prompt, request: Request
     then argument fragments ``{"tool_calls": [{"index", "function": {"arguments": s}}]}``, and last
     ``{"finish_reason": ..., "usage": ..., "result": Result}``. ``accumulate_deltas`` puts them together."""
     request, kwargs = Request.split(request, options)
-    grammar, ids = _setup(tokenizer, prompt, request)
+    grammar, ids = prepare(tokenizer, prompt, request)
     out: list[int] = []
     flags: dict = {}
     stream = grammar.stream_parser() if isinstance(grammar, ToolGrammar) else None
@@ -201,7 +204,7 @@ def stream_generate(model: Any, tokenizer: Any, prompt: Prompt, request: Request
             yield from stream.feed([response.token])
         elif response.text:
             yield {"content": response.text}
-    result = _result(tokenizer, grammar, ids, out, flags, request.max_tokens)
+    result = finish(tokenizer, grammar, ids, out, flags, request.max_tokens)
     if stream is not None:  # the ids the client already received
         for call, sent in zip(result.tool_calls, stream.calls):
             call["id"] = sent["id"]
@@ -231,7 +234,7 @@ def batch_generate(model: Any, tokenizer: Any, requests: list, *, max_tokens: in
             prompt = item["prompt"]
         else:
             prompt, request = item
-        grammar, ids = _setup(tokenizer, prompt, request)
+        grammar, ids = prepare(tokenizer, prompt, request)
         matcher = grammar.matcher(request.max_tokens) if grammar is not None else None
         eos = grammar.vocab.eos_ids if grammar is not None else sorted(tokenizer.eos_token_ids)
         setups.append((request, grammar, ids, matcher, eos))
@@ -251,5 +254,5 @@ def batch_generate(model: Any, tokenizer: Any, requests: list, *, max_tokens: in
                     outs[r.uid].append(r.token)
     finally:
         gen.close()
-    return [_result(tokenizer, g, ids, outs[uid], flags[uid], request.max_tokens)
+    return [finish(tokenizer, g, ids, outs[uid], flags[uid], request.max_tokens)
             for uid, (request, g, ids, _, _) in zip(uids, setups)]

@@ -1,0 +1,242 @@
+"""The HTTP side: OpenAI's chat-completions endpoint (JSON or server-sent events), models, health.
+
+A request is read and checked (protocol), compiled on a worker thread so a hard schema never
+stalls the tokens of the requests already running, then handed to the scheduler's batch; its
+tokens come back through an asyncio queue and are read by the family's own parser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import json
+import time
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from ..errors import BudgetError, CompileError, RequestError, SchemaError, ToolgateError
+from ..generate import Request, finish, prepare
+from ..grammar import compile_json_schema
+from ..tools import ToolGrammar
+from ..vocabulary import build_vocab
+from .protocol import ApiError, Plan, chunk, completion_id, read_request, response, sampler
+from .scheduler import Busy, Job, Scheduler
+
+MAX_BODY = 8 << 20  # bytes of one request body
+
+
+def _engine_error(e: ToolgateError, plan: Plan) -> ApiError:
+    """An engine refusal as a 400 naming the field it comes from."""
+    if isinstance(e, BudgetError):
+        field = "max_tokens"
+    elif plan.tools:
+        field = "tool_choice" if isinstance(e, RequestError) else "tools"
+    elif isinstance(e, (SchemaError, CompileError)):
+        field = "response_format.json_schema.schema"
+    else:
+        field = None
+    return ApiError(str(e), field, code=type(e).__name__)
+
+
+def _setup(tokenizer: Any, plan: Plan) -> tuple[Any, list[int], Any]:
+    """Compile the request's constraint and render its prompt: (grammar, prompt ids, matcher)."""
+    rf = compile_json_schema(tokenizer, plan.schema, strict=plan.strict) if plan.schema is not None else None
+    request = Request(response_format=rf, tools=plan.tools, tool_choice=plan.tool_choice,
+                      parallel_tool_calls=plan.parallel_tool_calls, thinking=plan.thinking, max_tokens=plan.max_tokens)
+    grammar, ids = prepare(tokenizer, plan.messages, request)
+    matcher = grammar.matcher(plan.max_tokens) if grammar is not None else None
+    return grammar, ids, matcher
+
+
+class _Output:
+    """One request's tokens as they arrive, and its end; fed from the scheduler's thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, vocab: Any, stops: list[str]) -> None:
+        self.loop, self.vocab, self.stops = loop, vocab, stops
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.tokens: list[int] = []
+        self.reason: str | None = None
+        self.error: Exception | None = None
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._text = ""  # decoded so far, for stop strings
+
+    def on_token(self, token: int) -> bool:
+        self.tokens.append(token)
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, token)
+        if not self.stops:
+            return False
+        self._text += self._decoder.decode(self.vocab.decode_bytes([token]))
+        return any(s in self._text[-(len(s) + 64):] for s in self.stops)
+
+    def on_end(self, reason: str, error: Exception | None) -> None:
+        self.reason, self.error = reason, error
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, None)
+
+
+def _cut(text: str, stops: list[str]) -> tuple[str, bool]:
+    """``text`` up to its first stop string, and whether one was found."""
+    hits = [text.find(s) for s in stops if s in text]
+    return (text[:min(hits)], True) if hits else (text, False)
+
+
+def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 16, max_waiting: int = 64) -> Starlette:
+    """The ASGI app serving ``model``; ``app.state.scheduler`` runs the batch."""
+    scheduler = Scheduler(model, max_active=max_active, max_waiting=max_waiting)
+    vocab = build_vocab(tokenizer)
+    created = int(time.time())
+
+    def error(e: ApiError) -> JSONResponse:
+        return JSONResponse(e.body(), status_code=e.status)
+
+    async def read_body(request: HttpRequest) -> Any:
+        size = request.headers.get("content-length")
+        if size is not None and size.isdigit() and int(size) > MAX_BODY:
+            raise ApiError(f"the body has {size} bytes; at most {MAX_BODY}", status=413)
+        data = bytearray()
+        async for part in request.stream():
+            data += part
+            if len(data) > MAX_BODY:
+                raise ApiError(f"the body exceeds {MAX_BODY} bytes", status=413)
+        try:
+            return json.loads(data)
+        except ValueError as e:
+            raise ApiError(f"the body is not JSON: {e}") from None
+
+    async def chat(request: HttpRequest):
+        plan = None
+        try:
+            body = await read_body(request)
+            plan = read_request(body)
+            if body.get("model") not in (None, model_id):
+                raise ApiError(f"the model {body.get('model')!r} is not served here (this server serves {model_id!r})",
+                               "model", status=404, code="model_not_found")
+            try:
+                grammar, ids, matcher = await anyio.to_thread.run_sync(_setup, tokenizer, plan)
+            except ToolgateError as e:
+                raise _engine_error(e, plan) from None
+        except ApiError as e:
+            return error(e)
+        loop = asyncio.get_running_loop()
+        out = _Output(loop, vocab, plan.stop)
+        eos = list(grammar.vocab.eos_ids) if grammar is not None else sorted(tokenizer.eos_token_ids)
+        job = Job(ids, plan.max_tokens, sampler(plan.temperature, plan.top_p, plan.seed),
+                  [matcher] if matcher is not None else [], eos, out.on_token, out.on_end,
+                  matcher.complete_at if matcher is not None else None)
+        try:
+            scheduler.submit(job)
+        except Busy as e:
+            return error(ApiError(f"the server is busy: {e}", status=429, kind="server_busy", code="server_busy"))
+        cid = completion_id()
+        if plan.stream:
+            return StreamingResponse(_events(cid, plan, grammar, ids, out, job), media_type="text/event-stream")
+        try:
+            while out.reason is None:
+                try:
+                    await asyncio.wait_for(out.queue.get(), 0.5)
+                except asyncio.TimeoutError:
+                    if await request.is_disconnected():
+                        scheduler.cancel(job)
+                        return JSONResponse({}, status_code=499)
+        except asyncio.CancelledError:
+            scheduler.cancel(job)
+            raise
+        if out.reason == "error":
+            return error(ApiError(f"generation failed: {out.error}", status=500, kind="server_error"))
+        result, message = _finish(grammar, ids, out, plan)
+        return JSONResponse(response(cid, model_id, message, result.finish_reason, result.usage))
+
+    def _finish(grammar, ids, out: _Output, plan: Plan):
+        flags = {"ended": out.reason in ("eos", "complete"), "eos": out.reason == "eos"}
+        result = finish(tokenizer, grammar, ids, out.tokens, flags, plan.max_tokens)
+        message: dict = {"role": "assistant", "content": None}
+        if isinstance(grammar, ToolGrammar):
+            message["content"] = result.content or None
+            if result.reasoning:
+                message["reasoning_content"] = result.reasoning
+            if result.tool_calls:
+                message["tool_calls"] = result.tool_calls
+        else:
+            text, cut = _cut(result.text, plan.stop)
+            message["content"] = text
+            if cut:
+                result.finish_reason = "stop"
+        return result, message
+
+    async def _events(cid, plan: Plan, grammar, ids, out: _Output, job: Job):
+        def sse(obj: dict) -> str:
+            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+        parser = grammar.stream_parser() if isinstance(grammar, ToolGrammar) else None
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        held = ""  # free text not sent yet: it may be the start of a stop string
+        sent_text = 0
+        hold = max((len(s) for s in plan.stop), default=1) - 1
+        try:
+            yield sse(chunk(cid, model_id, {"role": "assistant", "content": ""}))
+            while True:
+                token = await out.queue.get()
+                if token is None:
+                    break
+                if parser is not None:
+                    for delta in parser.feed([token]):
+                        yield sse(chunk(cid, model_id, delta))
+                    continue
+                held += decoder.decode(vocab.decode_bytes([token]))
+                text, cut = _cut(held, plan.stop)
+                ready = text if cut else text[:len(text) - hold] if hold else text
+                if len(ready) > sent_text:
+                    yield sse(chunk(cid, model_id, {"content": ready[sent_text:]}))
+                    sent_text = len(ready)
+            if out.reason == "error":
+                yield sse({"error": ApiError(f"generation failed: {out.error}", kind="server_error").body()["error"]})
+                return
+            result, message = _finish(grammar, ids, out, plan)
+            if parser is None and message["content"] and len(message["content"]) > sent_text:
+                yield sse(chunk(cid, model_id, {"content": message["content"][sent_text:]}))
+            yield sse(chunk(cid, model_id, {}, result.finish_reason))
+            if plan.include_usage:
+                yield sse(chunk(cid, model_id, None, usage=result.usage))
+            yield "data: [DONE]\n\n"
+        finally:
+            if out.reason is None:
+                scheduler.cancel(job)  # the client went away: free the slot now
+
+    async def models(request: HttpRequest):
+        return JSONResponse({"object": "list", "data": [{"id": model_id, "object": "model", "created": created,
+                                                         "owned_by": "mlx-toolgate"}]})
+
+    async def health(request: HttpRequest):
+        return JSONResponse({"status": "ok", "model": model_id, "requests": scheduler.load})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        yield
+        await anyio.to_thread.run_sync(scheduler.close)
+
+    async def unknown(request: HttpRequest, exc: Exception):
+        return error(ApiError(f"internal error: {type(exc).__name__}: {exc}", status=500, kind="server_error"))
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
+                            Route("/v1/models", models, methods=["GET"]),
+                            Route("/health", health, methods=["GET"])],
+                    exception_handlers={Exception: unknown}, lifespan=lifespan)
+    app.state.scheduler = scheduler
+    return app
+
+
+def serve(model_path: str | None = None, host: str = "127.0.0.1", port: int = 8080, **options: Any) -> None:
+    """Load the model (default: the embedded one) and serve it until interrupted."""
+    import mlx_lm
+    import uvicorn
+
+    from ..default_model import load_default_model
+
+    model, tokenizer = mlx_lm.load(model_path) if model_path else load_default_model()
+    app = create_app(model, tokenizer, model_path or "toolgate-default", **options)
+    uvicorn.run(app, host=host, port=port, log_level="info")

@@ -1,0 +1,235 @@
+"""toolgate serve, through the official openai client and raw HTTP, on a real socket: every
+tool_choice mode, streaming reassembled, structured outputs parsed, concurrent requests in one
+batch, a client that goes away mid-stream, and bad requests answered with a 4xx naming the field."""
+
+import asyncio
+import json
+import socket
+import threading
+import time
+
+import httpx
+import jsonschema
+import openai
+import pytest
+import uvicorn
+from pydantic import BaseModel
+
+from engine import load_default_model
+from engine.server import create_app
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "Local time in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "format": {"enum": ["12h", "24h"]}}, "required": ["city"]}}}
+TOOLS = [WEATHER, TIME]
+ASK = [{"role": "user", "content": "What's the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def server():
+    model, tokenizer = load_default_model()
+    app = create_app(model, tokenizer, "toolgate-default", max_active=8, max_waiting=8)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if srv.started:
+            break
+        time.sleep(0.05)
+    assert srv.started
+    yield f"http://127.0.0.1:{port}", app
+    srv.should_exit = True
+    thread.join(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server[0] + "/v1", api_key="unused", max_retries=0)
+
+
+def check_calls(calls, tools=TOOLS):
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    for call in calls:
+        assert call.type == "function" and call.id
+        assert call.function.name in schemas
+        jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])
+
+
+def test_models_and_health(server, client):
+    assert [m.id for m in client.models.list()] == ["toolgate-default"]
+    assert httpx.get(server[0] + "/health").json()["status"] == "ok"
+
+
+@pytest.mark.parametrize("choice", ["auto", "required", "none", "named", "allowed"])
+def test_every_tool_choice(client, choice):
+    tool_choice = {"named": {"type": "function", "function": {"name": "get_time"}},
+                   "allowed": {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
+                       {"type": "function", "function": {"name": "get_time"}}]}}}.get(choice, choice)
+    for seed in range(3):
+        r = client.chat.completions.create(model="toolgate-default", messages=ASK, tools=TOOLS, tool_choice=tool_choice,
+                                           temperature=1.0, seed=seed, max_tokens=60)
+        msg, reason = r.choices[0].message, r.choices[0].finish_reason
+        calls = msg.tool_calls or []
+        check_calls(calls)
+        assert r.usage.completion_tokens <= 60
+        if choice == "none":
+            assert not calls and reason in ("stop", "length")
+        elif choice in ("required", "named", "allowed"):
+            assert calls and reason == "tool_calls"
+            if choice != "required":
+                assert {c.function.name for c in calls} == {"get_time"}
+        else:
+            assert reason == ("tool_calls" if calls else reason)
+
+
+def test_greedy_answer_and_one_call_only(client):
+    r = client.chat.completions.create(model="toolgate-default", messages=ASK, tools=TOOLS, temperature=0,
+                                       parallel_tool_calls=False, tool_choice="required", max_tokens=60)
+    calls = r.choices[0].message.tool_calls
+    assert len(calls) == 1
+    assert (calls[0].function.name, json.loads(calls[0].function.arguments)) == ("get_weather", {"city": "Paris"})
+
+
+def test_streaming_reassembles_to_the_same_call(client):
+    kwargs = dict(model="toolgate-default", messages=ASK, tools=TOOLS, tool_choice="required", temperature=0,
+                  max_tokens=60)
+    whole = client.chat.completions.create(**kwargs).choices[0].message.tool_calls
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-2].choices[0].finish_reason == "tool_calls" and chunks[-1].usage.completion_tokens > 0
+    calls: dict = {}
+    for c in chunks[:-1]:
+        for d in c.choices[0].delta.tool_calls or []:
+            got = calls.setdefault(d.index, {"id": d.id, "name": d.function.name, "arguments": ""})
+            got["arguments"] += d.function.arguments or ""
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == \
+        [(c.function.name, json.loads(c.function.arguments)) for c in whole]
+
+
+class Weather(BaseModel):
+    city: str
+    celsius: int
+
+
+def test_structured_output_parses_every_time(client):
+    for seed in range(4):
+        r = client.chat.completions.parse(model="toolgate-default", messages=ASK, response_format=Weather,
+                                          temperature=1.0, seed=seed, max_tokens=40)
+        assert isinstance(r.choices[0].message.parsed, Weather)
+
+
+def test_multi_turn_with_tool_results(client):
+    first = client.chat.completions.create(model="toolgate-default", messages=ASK, tools=TOOLS, temperature=0,
+                                           tool_choice="required", max_tokens=60).choices[0].message
+    messages = ASK + [first.model_dump(exclude_none=True)] + [
+        {"role": "tool", "tool_call_id": c.id, "content": json.dumps({"celsius": 21})} for c in first.tool_calls]
+    r = client.chat.completions.create(model="toolgate-default", messages=messages, tools=TOOLS, temperature=0,
+                                       max_tokens=60)
+    check_calls(r.choices[0].message.tool_calls or [])
+    assert r.choices[0].finish_reason in ("stop", "tool_calls", "length")
+
+
+def test_concurrent_requests_share_the_batch(server):
+    """Sixteen mixed requests at once through AsyncOpenAI: each valid for its own request."""
+    aclient = openai.AsyncOpenAI(base_url=server[0] + "/v1", api_key="unused", max_retries=0)
+
+    async def one(i):
+        kind = i % 4
+        if kind == 3:
+            r = await aclient.chat.completions.parse(model="toolgate-default", messages=ASK, response_format=Weather,
+                                                     temperature=1.0, seed=i, max_tokens=40)
+            return kind, r.choices[0].message.parsed
+        choice = ["required", "auto", {"type": "function", "function": {"name": "get_time"}}][kind]
+        if i % 2:
+            chunks = [c async for c in await aclient.chat.completions.create(
+                model="toolgate-default", messages=ASK, tools=TOOLS, tool_choice=choice, temperature=1.0, seed=i,
+                max_tokens=50, stream=True)]
+            return kind, chunks[-1].choices[0].finish_reason
+        r = await aclient.chat.completions.create(model="toolgate-default", messages=ASK, tools=TOOLS,
+                                                  tool_choice=choice, temperature=1.0, seed=i, max_tokens=50)
+        return kind, r.choices[0]
+
+    async def main():
+        return await asyncio.gather(*(one(i) for i in range(16)))
+    results = asyncio.run(main())
+    for kind, got in results:
+        if kind == 3:
+            assert isinstance(got, Weather)
+        elif isinstance(got, str):
+            assert got in ("tool_calls", "stop", "length")
+        else:
+            check_calls(got.message.tool_calls or [])
+            if kind in (0, 2):
+                assert got.message.tool_calls
+            if kind == 2:
+                assert {c.function.name for c in got.message.tool_calls} == {"get_time"}
+    assert httpx.get(server[0] + "/health").json()["requests"] == 0
+
+
+def test_a_client_that_leaves_frees_its_slot(server):
+    body = {"model": "toolgate-default", "messages": ASK, "stream": True, "max_tokens": 4000, "temperature": 1.0}
+    with httpx.Client(timeout=30) as h:
+        with h.stream("POST", server[0] + "/v1/chat/completions", json=body) as r:
+            lines = r.iter_lines()
+            assert next(lines).startswith("data: ")
+            assert server[1].state.scheduler.load == 1
+    for _ in range(100):
+        if server[1].state.scheduler.load == 0:
+            break
+        time.sleep(0.05)
+    assert server[1].state.scheduler.load == 0
+
+
+BAD = [
+    (b"{not json", 400, None),
+    (b"[1, 2]", 400, None),
+    ({"messages": ASK, "n": 3}, 400, "n"),
+    ({"messages": ASK, "frobnicate": 1}, 400, "frobnicate"),
+    ({"messages": ASK, "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, 400,
+     "tool_choice.function.name"),
+    ({"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "nonsense"}}}}}}, 400,
+     "response_format.json_schema.schema"),
+    ({"messages": ASK, "max_tokens": 0}, 400, "max_tokens"),
+    ({"messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 3}, 400, "max_tokens"),
+    ({"messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages[0].role"),
+    ({"messages": ASK, "model": "gpt-9"}, 404, "model"),
+    ({"messages": ASK, "stop": "x", "tools": TOOLS}, 400, "stop"),
+]
+
+
+@pytest.mark.parametrize("body,status,param", BAD)
+def test_bad_requests_get_a_4xx_naming_the_field(server, body, status, param):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    r = httpx.post(server[0] + "/v1/chat/completions", content=data, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["message"] and err["param"] == param
+    if param == "max_tokens" and body.get("max_tokens") == 3:
+        assert "needs" in err["message"]  # how many tokens the shortest valid turn takes
+    good = httpx.post(server[0] + "/v1/chat/completions", json={"messages": ASK, "max_tokens": 5})
+    assert good.status_code == 200
+
+
+def test_oversized_body_is_413(server):
+    r = httpx.post(server[0] + "/v1/chat/completions", content=b"{" + b" " * (9 << 20) + b"}",
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["message"]
+
+
+def test_stop_strings_cut_free_text(client):
+    r = client.chat.completions.create(model="toolgate-default", messages=ASK, temperature=0, max_tokens=60)
+    text = r.choices[0].message.content
+    assert text
+    stop = text[len(text) // 2:][:3]
+    cut = client.chat.completions.create(model="toolgate-default", messages=ASK, temperature=0, max_tokens=60,
+                                         stop=[stop])
+    assert cut.choices[0].message.content == text[:text.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
