@@ -3,6 +3,7 @@ tool_choice mode, streaming reassembled, structured outputs parsed, concurrent r
 batch, a client that goes away mid-stream, and bad requests answered with a 4xx naming the field."""
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
@@ -29,24 +30,33 @@ TOOLS = [WEATHER, TIME]
 ASK = [{"role": "user", "content": "What's the weather in Paris?"}]
 
 
-@pytest.fixture(scope="module")
-def server():
-    model, tokenizer = load_default_model()
-    app = create_app(model, tokenizer, "toolgate-default", max_active=8, max_waiting=8)
+@contextlib.contextmanager
+def running(app):
+    """``app`` served by uvicorn on a free port in a thread: yields its base URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
-    for _ in range(200):
+    for _ in range(400):
         if srv.started:
             break
         time.sleep(0.05)
     assert srv.started
-    yield f"http://127.0.0.1:{port}", app
-    srv.should_exit = True
-    thread.join(timeout=20)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def server():
+    model, tokenizer = load_default_model()
+    app = create_app(model, tokenizer, "toolgate-default", max_active=8, max_waiting=8)
+    with running(app) as url:
+        yield url, app
 
 
 @pytest.fixture(scope="module")
