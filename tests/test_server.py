@@ -235,11 +235,85 @@ def test_oversized_body_is_413(server):
 
 
 def test_stop_strings_cut_free_text(client):
-    r = client.chat.completions.create(model="toolgate-default", messages=ASK, temperature=0, max_tokens=60)
-    text = r.choices[0].message.content
-    assert text
+    kwargs = dict(model="toolgate-default", messages=ASK, temperature=0, max_tokens=60, reasoning_effort="none")
+    text = client.chat.completions.create(**kwargs).choices[0].message.content
+    assert len(text) > 10
     stop = text[len(text) // 2:][:3]
-    cut = client.chat.completions.create(model="toolgate-default", messages=ASK, temperature=0, max_tokens=60,
-                                         stop=[stop])
-    assert cut.choices[0].message.content == text[:text.index(stop)]
+    cut = client.chat.completions.create(stop=[stop], **kwargs)
+    assert cut.choices[0].message.content == text[:text.index(stop)].strip()
     assert cut.choices[0].finish_reason == "stop"
+    streamed = client.chat.completions.create(stop=[stop], stream=True, **kwargs)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == text[:text.index(stop)].strip()
+
+
+def test_free_text_reasoning_is_split_out(client):
+    """The family's thinking markers split free text into reasoning and content, streamed or not."""
+    kwargs = dict(model="toolgate-default", messages=[{"role": "user", "content": "Hello there, how are you?"}],
+                  temperature=0, max_tokens=60)
+    msg = client.chat.completions.create(**kwargs).choices[0].message.model_dump()
+    assert msg["reasoning_content"] and "<think>" not in msg["reasoning_content"] + (msg["content"] or "")
+    parts = {"reasoning_content": "", "content": ""}
+    for c in client.chat.completions.create(stream=True, **kwargs):
+        delta = c.choices[0].delta.model_dump() if c.choices else {}
+        for k in parts:
+            parts[k] += delta.get(k) or ""
+    assert parts == {"reasoning_content": msg["reasoning_content"], "content": msg["content"] or ""}
+
+
+def key_paths(value, prefix=""):
+    """Every key path in a JSON value, list positions as []."""
+    out = set()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out |= {prefix + "." + k} | key_paths(v, prefix + "." + k)
+    elif isinstance(value, list):
+        for v in value:
+            out |= key_paths(v, prefix + "[]")
+    return out
+
+
+def sse_paths(text):
+    paths = set()
+    for line in text.splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            paths |= key_paths(json.loads(line[6:]))
+    return paths
+
+
+def test_answers_every_field_mlx_lm_server_does(server, tmp_path):
+    """The same requests through mlx_lm.server and ours, on the same model: every key path in
+    theirs (responses and stream chunks) is in ours."""
+    import subprocess
+    import sys
+
+    from engine.default_model import build_default_model
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "mlx_lm.server", "--model", str(build_default_model()),
+                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        theirs = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                httpx.get(theirs + "/v1/models", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        missing = set()
+        for body in ({"messages": ASK, "tools": TOOLS, "temperature": 0, "max_tokens": 40},
+                     {"messages": ASK, "temperature": 0, "max_tokens": 20},
+                     {"messages": ASK, "tools": TOOLS, "temperature": 0, "max_tokens": 40, "stream": True,
+                      "stream_options": {"include_usage": True}}):
+            a = httpx.post(theirs + "/v1/chat/completions", json=body, timeout=60)
+            b = httpx.post(server[0] + "/v1/chat/completions", json=body, timeout=60)
+            assert a.status_code == b.status_code == 200
+            if body.get("stream"):
+                missing |= sse_paths(a.text) - sse_paths(b.text)
+            else:
+                missing |= key_paths(a.json()) - key_paths(b.json())
+        assert not missing, f"fields mlx_lm.server answers and we do not: {sorted(missing)}"
+    finally:
+        proc.kill()
+        proc.wait()

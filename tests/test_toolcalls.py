@@ -427,3 +427,31 @@ def test_incremental_stream_equals_the_reference_reading(family):
             # free text that only a special token can end is extended without re-reading
             # (llama3_json's calls begin with ordinary text, so there every token is re-read)
             assert fast.rereads <= len(ids) // 10 + 3, (fast.rereads, len(ids))
+
+@pytest.mark.parametrize("family", ["hermes", "glm47", "harmony", "kimi_k2"])
+def test_free_text_stream_splits_reasoning_at_any_chunking(family):
+    """FreeTextStream gives the same reasoning and content however the text is cut into feeds,
+    and equals one feed of the whole text; a family without reasoning gives content only."""
+    from engine.tools import FreeTextStream
+
+    markers = load_format(family).reasoning_markers()
+    opener, closer = markers or ("", "")
+    texts = [f"  {opener}\nthinking it over \n{closer}\n\nthe answer ", f"{opener}cut off here", "plain text",
+             f"text {opener} later"]
+    rng = np.random.default_rng(0)
+    for text in texts:
+        whole = FreeTextStream(markers).feed(text, final=True)
+        want = {k: "".join(d.get(k, "") for d in whole) for k in ("reasoning_content", "content")}
+        if markers is None or not text.lstrip().startswith(opener):
+            assert want == {"reasoning_content": "", "content": text.strip()}
+        for _ in range(30):
+            s, got, i = FreeTextStream(markers), [], 0
+            while i < len(text):
+                j = i + int(rng.integers(1, 6))
+                got += s.feed(text[i:j])
+                i = j
+            got += s.feed("", final=True)
+            assert {k: "".join(d.get(k, "") for d in got) for k in want} == want
+    if markers:
+        got = FreeTextStream(markers).feed(texts[0], final=True)
+        assert got == [{"reasoning_content": "thinking it over"}, {"content": "the answer"}]

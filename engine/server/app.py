@@ -23,7 +23,7 @@ from starlette.routing import Route
 from ..errors import BudgetError, CompileError, RequestError, SchemaError, ToolgateError
 from ..generate import Request, finish, prepare
 from ..grammar import compile_json_schema
-from ..tools import ToolGrammar
+from ..tools import FreeTextStream, ToolGrammar, detect_format, load_format
 from ..vocabulary import build_vocab
 from .protocol import ApiError, Plan, chunk, completion_id, read_request, response, sampler
 from .scheduler import Busy, Job, Scheduler
@@ -64,15 +64,17 @@ class _Output:
         self.reason: str | None = None
         self.error: Exception | None = None
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._text = ""  # decoded so far, for stop strings
+        self._text = ""  # the end of the text so far, for stop strings
+        self._window = max((len(s) for s in stops), default=0) + 64
 
     def on_token(self, token: int) -> bool:
         self.tokens.append(token)
         self.loop.call_soon_threadsafe(self.queue.put_nowait, token)
         if not self.stops:
             return False
-        self._text += self._decoder.decode(self.vocab.decode_bytes([token]))
-        return any(s in self._text[-(len(s) + 64):] for s in self.stops)
+        # the last characters only: a stop string ends in the newest token's text
+        self._text = (self._text + self._decoder.decode(self.vocab.decode_bytes([token])))[-self._window:]
+        return any(s in self._text for s in self.stops)
 
     def on_end(self, reason: str, error: Exception | None) -> None:
         self.reason, self.error = reason, error
@@ -90,6 +92,10 @@ def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 1
     scheduler = Scheduler(model, max_active=max_active, max_waiting=max_waiting)
     vocab = build_vocab(tokenizer)
     created = int(time.time())
+    try:  # free text is read as reasoning then content by the family's markers, when it has them
+        markers = load_format(detect_format(tokenizer)).reasoning_markers()
+    except ToolgateError:
+        markers = None
 
     def error(e: ApiError) -> JSONResponse:
         return JSONResponse(e.body(), status_code=e.status)
@@ -157,15 +163,22 @@ def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 1
         message: dict = {"role": "assistant", "content": None}
         if isinstance(grammar, ToolGrammar):
             message["content"] = result.content or None
-            if result.reasoning:
-                message["reasoning_content"] = result.reasoning
+            if result.reasoning:  # under both names clients read it by (mlx_lm.server's is "reasoning")
+                message["reasoning_content"] = message["reasoning"] = result.reasoning
             if result.tool_calls:
                 message["tool_calls"] = result.tool_calls
         else:
             text, cut = _cut(result.text, plan.stop)
-            message["content"] = text
             if cut:
                 result.finish_reason = "stop"
+            if grammar is None:
+                parts = FreeTextStream(markers).feed(text, final=True)
+                message["content"] = "".join(d.get("content", "") for d in parts)
+                reasoning = "".join(d.get("reasoning_content", "") for d in parts)
+                if reasoning:
+                    message["reasoning_content"] = message["reasoning"] = reasoning
+            else:
+                message["content"] = text
         return result, message
 
     async def _events(cid, plan: Plan, grammar, ids, out: _Output, job: Job):
@@ -173,10 +186,17 @@ def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 1
             return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
         parser = grammar.stream_parser() if isinstance(grammar, ToolGrammar) else None
+        free = FreeTextStream(markers if grammar is None else None)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        held = ""  # free text not sent yet: it may be the start of a stop string
-        sent_text = 0
+        text = ""  # the text so far (without tools)
+        sent = 0  # how much of it was fed on: the rest may be the start of a stop string
         hold = max((len(s) for s in plan.stop), default=1) - 1
+        stopped = False
+
+        def alias(delta: dict) -> dict:
+            if "reasoning_content" in delta:
+                delta["reasoning"] = delta["reasoning_content"]
+            return delta
         try:
             yield sse(chunk(cid, model_id, {"role": "assistant", "content": ""}))
             while True:
@@ -185,20 +205,28 @@ def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 1
                     break
                 if parser is not None:
                     for delta in parser.feed([token]):
-                        yield sse(chunk(cid, model_id, delta))
+                        yield sse(chunk(cid, model_id, alias(delta)))
                     continue
-                held += decoder.decode(vocab.decode_bytes([token]))
-                text, cut = _cut(held, plan.stop)
-                ready = text if cut else text[:len(text) - hold] if hold else text
-                if len(ready) > sent_text:
-                    yield sse(chunk(cid, model_id, {"content": ready[sent_text:]}))
-                    sent_text = len(ready)
+                if stopped:
+                    continue
+                text += decoder.decode(vocab.decode_bytes([token]))
+                end = len(text) - hold
+                if plan.stop:  # search only where a stop string could newly end
+                    found, stopped = _cut(text[max(0, sent - hold):], plan.stop)
+                    if stopped:
+                        text = text[:max(0, sent - hold)] + found
+                        end = len(text)
+                if end > sent:
+                    for delta in free.feed(text[sent:end]):
+                        yield sse(chunk(cid, model_id, alias(delta)))
+                    sent = end
             if out.reason == "error":
                 yield sse({"error": ApiError(f"generation failed: {out.error}", kind="server_error").body()["error"]})
                 return
             result, message = _finish(grammar, ids, out, plan)
-            if parser is None and message["content"] and len(message["content"]) > sent_text:
-                yield sse(chunk(cid, model_id, {"content": message["content"][sent_text:]}))
+            if parser is None:
+                for delta in free.feed(text[sent:], final=True):
+                    yield sse(chunk(cid, model_id, alias(delta)))
             yield sse(chunk(cid, model_id, {}, result.finish_reason))
             if plan.include_usage:
                 yield sse(chunk(cid, model_id, None, usage=result.usage))

@@ -253,20 +253,39 @@ def sampler(temperature: float, top_p: float, seed: int | None):
     return sample
 
 
+def _fingerprint() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"toolgate-{version('mlx-toolgate')}-mlx-{version('mlx')}"
+    except PackageNotFoundError:
+        return "toolgate"
+
+
+FINGERPRINT = _fingerprint()
+
+
+def usage_of(usage: dict) -> dict:
+    """The engine's token counts in OpenAI's usage shape (no prompt cache: nothing is cached)."""
+    return {**usage, "prompt_tokens_details": {"cached_tokens": 0}}
+
+
 def completion_id() -> str:
     return "chatcmpl-" + uuid.uuid4().hex[:24]
 
 
 def response(cid: str, model: str, message: dict, finish_reason: str, usage: dict) -> dict:
     return {"id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "system_fingerprint": FINGERPRINT,
             "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}],
-            "usage": usage}
+            "usage": usage_of(usage)}
 
 
 def chunk(cid: str, model: str, delta: dict | None, finish_reason: str | None = None, usage: dict | None = None) -> dict:
     out = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+           "system_fingerprint": FINGERPRINT,
            "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish_reason,
                                                  "logprobs": None}]}
     if usage is not None:
-        out["usage"] = usage
+        out["usage"] = usage_of(usage)
     return out

@@ -14,7 +14,7 @@ from .compile import compile_tools
 from .formats import FAMILIES, detect_format, load_format
 from .grammar import ToolGrammar
 from .parser import ParsedOutput
-from .stream import StreamParser, accumulate_deltas
+from .stream import FreeTextStream, StreamParser, accumulate_deltas
 
-__all__ = ["FAMILIES", "ParsedOutput", "StreamParser", "ToolGrammar", "accumulate_deltas", "compile_tools",
+__all__ = ["FAMILIES", "FreeTextStream", "ParsedOutput", "StreamParser", "ToolGrammar", "accumulate_deltas", "compile_tools",
            "detect_format", "load_format"]

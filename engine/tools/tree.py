@@ -34,6 +34,21 @@ class Format:
     def special_texts(self) -> list[str]:
         return list(self.specials.values())
 
+    def reasoning_markers(self) -> tuple[str, str] | None:
+        """The fixed text before the reasoning rule's free text and the item that ends it
+        (``<think>``, ``</think>``), or None when the family has no reasoning rule of that shape."""
+        node = self.rules.get("reasoning")
+        items = node[1] if node is not None and node[0] == "seq" else [node] if node is not None else []
+        if items.count(("hole", "TEXT")) != 1:
+            return None
+        cut = items.index(("hole", "TEXT"))
+        texts = []
+        for part in (items[:cut], items[cut + 1:cut + 2]):
+            if not all(it[0] in ("lit", "sym") for it in part):
+                return None
+            texts.append("".join(it[1] if it[0] == "lit" else self.specials[it[1]] for it in part))
+        return (texts[0], texts[1]) if texts[0] and texts[1] else None
+
 
 def body(fmt: Format, node) -> Any:
     """The body a ref stands for (a mode may have rewritten it)."""
