@@ -177,52 +177,43 @@ def accumulate_deltas(deltas: list[dict]) -> dict:
 
 class FreeTextStream:
     """Free text (no tools, no schema) read as the family's reasoning, then content, as it grows:
-    ``feed(text)`` returns ``{"reasoning_content": s}`` and ``{"content": s}`` deltas, holding back
-    what may still turn out to be a marker; ``feed("", final=True)`` flushes. Leading and trailing
-    whitespace of each part is never sent. Each feed costs time in proportion to its own text."""
+    ``feed(text)`` returns ``{"reasoning_content": s}`` and ``{"content": s}`` deltas, the text as
+    written (only the markers are taken out), holding back what may still turn out to be a marker;
+    ``feed("", final=True)`` flushes. Reasoning is recognised when the text opens with the opener.
+    Each feed costs time in proportion to its own text."""
 
     def __init__(self, markers: tuple[str, str] | None) -> None:
         self.opener, self.closer = markers or ("", "")
         self.phase = "start" if self.opener else "content"
         self.buf = ""  # text read but not yet sent
-        self.started = {"reasoning": False, "content": False}
-        self.held = {"reasoning": "", "content": ""}  # trailing whitespace, sent only if more follows
 
     def feed(self, text: str, final: bool = False) -> list[dict]:
         self.buf += text
         out: list[dict] = []
         while True:
             if self.phase == "start":
-                t = self.buf.lstrip()
-                if t.startswith(self.opener):
-                    self.buf, self.phase = t[len(self.opener):], "reasoning"
-                elif self.opener.startswith(t) and not final:
+                if self.buf.startswith(self.opener):
+                    self.buf, self.phase = self.buf[len(self.opener):], "reasoning"
+                elif self.opener.startswith(self.buf) and not final:
                     return out  # may still become the opener
                 else:
                     self.phase = "content"
             elif self.phase == "reasoning":
                 at = self.buf.find(self.closer)
                 if at >= 0:
-                    out += self._send("reasoning", self.buf[:at])
+                    out += _delta("reasoning_content", self.buf[:at])
                     self.buf, self.phase = self.buf[at + len(self.closer):], "content"
                     continue
                 cut = len(self.buf) - (0 if final else len(self.closer) - 1)
                 if cut > 0:
-                    out += self._send("reasoning", self.buf[:cut])
+                    out += _delta("reasoning_content", self.buf[:cut])
                     self.buf = self.buf[cut:]
                 return out
             else:
-                out += self._send("content", self.buf)
+                out += _delta("content", self.buf)
                 self.buf = ""
                 return out
 
-    def _send(self, role: str, text: str) -> list[dict]:
-        more = self.held[role] + text
-        if not self.started[role]:
-            more = more.lstrip()
-        kept = more.rstrip()
-        self.held[role] = more[len(kept):]
-        if not kept:
-            return []
-        self.started[role] = True
-        return [{"reasoning_content" if role == "reasoning" else "content": kept}]
+
+def _delta(key: str, text: str) -> list[dict]:
+    return [{key: text}] if text else []
