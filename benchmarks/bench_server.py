@@ -65,21 +65,25 @@ def start(command: list[str], port: int) -> subprocess.Popen:
     raise SystemExit(f"server did not start: {' '.join(command)}")
 
 
-async def one(client: httpx.AsyncClient, url: str, body: dict) -> tuple[float, int]:
-    """Stream one request: (seconds to the first token, completion tokens)."""
+async def one(client: httpx.AsyncClient, url: str, body: dict) -> tuple[float | None, int]:
+    """Stream one request: (seconds to the first token, completion tokens); (None, 0) when the
+    request failed (an HTTP error or a dropped connection)."""
     t = time.perf_counter()
     first, tokens = None, 0
-    async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
-        r.raise_for_status()
-        async for line in r.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            data = json.loads(line[6:])
-            delta = data["choices"][0].get("delta", {}) if data.get("choices") else {}
-            if first is None and any(delta.get(k) for k in ("content", "reasoning", "reasoning_content", "tool_calls")):
-                first = time.perf_counter() - t
-            if data.get("usage"):
-                tokens = data["usage"]["completion_tokens"]
+    try:
+        async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
+            r.raise_for_status()
+            async for line in r.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                data = json.loads(line[6:])
+                delta = data["choices"][0].get("delta", {}) if data.get("choices") else {}
+                if first is None and any(delta.get(k) for k in ("content", "reasoning", "reasoning_content", "tool_calls")):
+                    first = time.perf_counter() - t
+                if data.get("usage"):
+                    tokens = data["usage"]["completion_tokens"]
+    except httpx.HTTPError:
+        return None, 0
     return (first if first is not None else time.perf_counter() - t), tokens
 
 
@@ -90,10 +94,10 @@ async def load(url: str, body: dict, clients: int, requests: int) -> dict:
         t = time.perf_counter()
         done = await asyncio.gather(*(worker() for _ in range(clients)))
         wall = time.perf_counter() - t
-    ttft = [f for w in done for f, _ in w]
+    ttft = [f for w in done for f, _ in w if f is not None]
     tokens = sum(n for w in done for _, n in w)
     return {"tokens_per_s": tokens / wall, "ttft_p50": pct(ttft, 50), "ttft_p99": pct(ttft, 99), "tokens": tokens,
-            "wall": wall}
+            "wall": wall, "failed": sum(f is None for w in done for f, _ in w)}
 
 
 def main() -> None:
@@ -125,7 +129,7 @@ def main() -> None:
                     got = asyncio.run(load(urls[server], {**base, **MODES[mode]}, clients, args.requests))
                     rows.setdefault((clients, server, mode), []).append(got)
                     log(f"  {clients} clients, {server}, {mode}: {got['tokens_per_s']:.1f} tok/s, "
-                        f"TTFT p50 {got['ttft_p50'] * 1e3:.0f} ms")
+                        f"TTFT p50 {got['ttft_p50'] * 1e3:.0f} ms, {got['failed']} failed")
     finally:
         ours.kill()
         theirs.kill()
@@ -137,17 +141,19 @@ def main() -> None:
              f"(temperature 1); all clients start together; {args.rounds} rounds, the servers and modes alternating "
              "within each; the table gives the median round. Tokens are those each response's usage reports; "
              "time to first token is to the first chunk with text or a call.", "",
-             "| clients | server | mode | tokens/s | vs our unconstrained | vs mlx_lm.server | TTFT p50 ms | TTFT p99 ms |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| clients | server | mode | tokens/s | vs our unconstrained | vs mlx_lm.server | TTFT p50 ms | TTFT p99 ms | failed requests |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for clients in [int(c) for c in args.clients.split(",")]:
         med = {}
         for server, mode in [("toolgate", m) for m in MODES] + [("mlx_lm.server", "unconstrained")]:
             got = rows[(clients, server, mode)]
-            med[(server, mode)] = {k: statistics.median(g[k] for g in got) for k in got[0]}
+            med[(server, mode)] = {k: statistics.median(g[k] for g in got) for k in got[0] if k != "failed"}
+            med[(server, mode)]["failed"] = sum(g["failed"] for g in got)
         ref, peer = med[("toolgate", "unconstrained")]["tokens_per_s"], med[("mlx_lm.server", "unconstrained")]["tokens_per_s"]
         for (server, mode), m in med.items():
             lines.append(f"| {clients} | {server} | {mode} | {m['tokens_per_s']:.1f} | {m['tokens_per_s'] / ref:.3f} | "
-                         f"{m['tokens_per_s'] / peer:.3f} | {m['ttft_p50'] * 1e3:.0f} | {m['ttft_p99'] * 1e3:.0f} |")
+                         f"{m['tokens_per_s'] / peer:.3f} | {m['ttft_p50'] * 1e3:.0f} | {m['ttft_p99'] * 1e3:.0f} | "
+                         f"{m['failed']} of {args.rounds * clients * args.requests} |")
     text = "\n".join(lines) + "\n"
     Path(args.out).write_text(text)
     print(text)
