@@ -317,3 +317,42 @@ def test_answers_every_field_mlx_lm_server_does(server, tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+HARD = {"type": "object", "properties": {f"k{i}": {"type": "string", "minLength": 20, "maxLength": 150}
+                                         for i in range(40)}, "required": [f"k{i}" for i in range(40)]}
+
+
+def test_a_slow_compile_does_not_stall_running_streams(server):
+    """A schema that takes a while to compile, sent while another stream runs: the stream's
+    tokens keep coming (compiles run off the event loop and off the batch's thread)."""
+    arrivals = []
+    opened = threading.Event()
+
+    def stream():
+        body = {"messages": ASK, "stream": True, "max_tokens": 3000, "temperature": 1.0, "reasoning_effort": "none"}
+        with httpx.Client(timeout=60) as h, h.stream("POST", server[0] + "/v1/chat/completions", json=body) as r:
+            for line in r.iter_lines():
+                arrivals.append(time.perf_counter())
+                opened.set()
+                if len(arrivals) > 5 and done.is_set():
+                    return
+
+    done = threading.Event()
+    reader = threading.Thread(target=stream, daemon=True)
+    reader.start()
+    assert opened.wait(30)
+    time.sleep(0.2)
+    t = time.perf_counter()
+    body = {"messages": ASK, "max_tokens": 2000, "temperature": 0, "stream": True,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "hard", "schema": HARD}}}
+    with httpx.Client(timeout=120) as h, h.stream("POST", server[0] + "/v1/chat/completions", json=body) as r:
+        assert r.status_code == 200
+        next(r.iter_lines())  # the first event goes out once the schema is compiled
+        compile_end = time.perf_counter()
+    done.set()
+    reader.join(30)
+    during = [a for a in arrivals if t <= a <= compile_end]
+    gaps = [b - a for a, b in zip([t] + during, during + [compile_end])]
+    assert compile_end - t > 0.5, "the schema should take a while, or this test shows nothing"
+    assert len(during) > 20 and max(gaps) < 0.5, (compile_end - t, len(during), max(gaps))
