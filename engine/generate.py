@@ -26,8 +26,10 @@ class Request:
     ``{"type": "json_schema", ...}``/``{"type": "json_object"}``, or a compiled Grammar. ``tools``:
     OpenAI tool definitions or a compiled ToolGrammar, with ``tool_choice`` ("auto", "required",
     "none" or ``{"type": "function", "function": {"name": ...}}``), ``parallel_tool_calls``,
-    ``format`` (the family; detected from the tokenizer when None) and ``thinking`` (None, True,
-    False or "open"). ``sampler``: mlx-lm's sampler (greedy when None)."""
+    ``format`` (the family; detected from the tokenizer when None), ``thinking`` (None, True,
+    False or "open") and ``lazy_tools`` (a tool's arguments compiled at its first call, or all up
+    front when False, as a server wants: nothing then compiles mid-generation).
+    ``sampler``: mlx-lm's sampler (greedy when None)."""
 
     response_format: Any = None
     tools: Any = None
@@ -35,6 +37,7 @@ class Request:
     parallel_tool_calls: bool = True
     format: str | None = None
     thinking: bool | str | None = None
+    lazy_tools: bool = True
     max_tokens: int = 256
     sampler: Callable | None = None
 
@@ -116,7 +119,7 @@ def prepare(tokenizer: Any, prompt: Prompt, request: Request) -> tuple[Any, list
             thinking = "open"
         grammar = compile_tools(tokenizer, tools, tool_choice=request.tool_choice,
                                 parallel_tool_calls=request.parallel_tool_calls, format=request.format,
-                                thinking=thinking)
+                                thinking=thinking, lazy=request.lazy_tools)
     return grammar, ids
 
 

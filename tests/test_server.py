@@ -329,9 +329,12 @@ def test_a_slow_compile_does_not_stall_running_streams(server):
     arrivals = []
     opened = threading.Event()
 
-    def stream():
-        body = {"messages": ASK, "stream": True, "max_tokens": 3000, "temperature": 1.0, "reasoning_effort": "none"}
+    def stream():  # 256 strings of 8 characters: over two thousand tokens, seconds of output
+        body = {"messages": ASK, "stream": True, "max_tokens": 4000, "temperature": 1.0, "seed": 0,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "long", "schema": {
+                    "type": "array", "items": {"type": "string", "minLength": 8, "maxLength": 8}, "minItems": 256}}}}
         with httpx.Client(timeout=60) as h, h.stream("POST", server[0] + "/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200
             for line in r.iter_lines():
                 arrivals.append(time.perf_counter())
                 opened.set()

@@ -11,6 +11,7 @@ import asyncio
 import codecs
 import contextlib
 import json
+import os
 import time
 from typing import Any
 
@@ -45,10 +46,12 @@ def _engine_error(e: ToolgateError, plan: Plan) -> ApiError:
 
 
 def _setup(tokenizer: Any, plan: Plan) -> tuple[Any, list[int], Any]:
-    """Compile the request's constraint and render its prompt: (grammar, prompt ids, matcher)."""
+    """Compile the request's constraint and render its prompt: (grammar, prompt ids, matcher).
+    Tools compile up front: a tool compiled at its first call would hold up the whole batch."""
     rf = compile_json_schema(tokenizer, plan.schema, strict=plan.strict) if plan.schema is not None else None
     request = Request(response_format=rf, tools=plan.tools, tool_choice=plan.tool_choice,
-                      parallel_tool_calls=plan.parallel_tool_calls, thinking=plan.thinking, max_tokens=plan.max_tokens)
+                      parallel_tool_calls=plan.parallel_tool_calls, thinking=plan.thinking, lazy_tools=False,
+                      max_tokens=plan.max_tokens)
     grammar, ids = prepare(tokenizer, plan.messages, request)
     matcher = grammar.matcher(plan.max_tokens) if grammar is not None else None
     return grammar, ids, matcher
@@ -90,6 +93,9 @@ def _cut(text: str, stops: list[str]) -> tuple[str, bool]:
 def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 16, max_waiting: int = 64) -> Starlette:
     """The ASGI app serving ``model``; ``app.state.scheduler`` runs the batch."""
     scheduler = Scheduler(model, max_active=max_active, max_waiting=max_waiting)
+    # compiles at once: each build runs in a builder process, and a burst of new schemas must not
+    # fork one per request
+    compiling = anyio.CapacityLimiter(max(1, os.cpu_count() or 1))
     vocab = build_vocab(tokenizer)
     created = int(time.time())
     try:  # free text is read as reasoning then content by the family's markers, when it has them
@@ -123,7 +129,7 @@ def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 1
                 raise ApiError(f"the model {body.get('model')!r} is not served here (this server serves {model_id!r})",
                                "model", status=404, code="model_not_found")
             try:
-                grammar, ids, matcher = await anyio.to_thread.run_sync(_setup, tokenizer, plan)
+                grammar, ids, matcher = await anyio.to_thread.run_sync(_setup, tokenizer, plan, limiter=compiling)
             except ToolgateError as e:
                 raise _engine_error(e, plan) from None
         except ApiError as e:
