@@ -2,7 +2,9 @@
 
 A Qwen3 (Hermes) turn of N reasoning tokens and then a call, fed one token at a time; we time the
 feeds of the last 200 reasoning tokens at each length (the cost a reasoning model pays per token
-late in a long turn), and check that both parsers send the same deltas.
+late in a long turn), and check that both parsers send the same deltas. Then a call whose JSON
+arguments hold N tokens of code in a string (a coding agent writing a file): the feeds of the
+last 200 argument tokens.
 
     python benchmarks/bench_stream.py     # writes benchmarks/RESULTS_STREAM.md
 """
@@ -27,7 +29,10 @@ from engine.tools import StreamParser  # noqa: E402
 LENGTHS = (1_000, 4_000, 16_000)
 WINDOW = 200
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "write_file", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+        "required": ["path", "text"]}}}]
 
 
 def turn(tok, n: int) -> list[int]:
@@ -37,6 +42,19 @@ def turn(tok, n: int) -> list[int]:
     tail = tok.encode('</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
                       add_special_tokens=False)
     return head + filler + tail
+
+
+def call_turn(tok, n: int) -> tuple[list[int], int]:
+    """A turn that is one write_file call whose text argument holds about n tokens; (ids, where
+    the argument's tokens end)."""
+    code = "def f(x):\\n    return {\\\"a\\\": [x, 2]}\\n"
+    head = tok.encode('<tool_call>\n{"name": "write_file", "arguments": {"path": "a.py", "text": "',
+                      add_special_tokens=False)
+    body = tok.encode(code * (n // 8 + 1), add_special_tokens=False)[:n]
+    while tok.decode(body).endswith("\\"):
+        body = body[:-1]
+    tail = tok.encode('"}}\n</tool_call>', add_special_tokens=False)
+    return head + body + tail, len(head) + len(body)
 
 
 def per_token(parser: StreamParser, ids: list[int], n: int) -> tuple[list[float], list[dict]]:
@@ -64,6 +82,14 @@ def main() -> int:
         assert masked(fast_d) == masked(slow_d), "the two parsers disagree"
         rows.append((n, statistics.median(fast_t), max(fast_t), statistics.median(slow_t), max(slow_t)))
         print(rows[-1], file=sys.stderr, flush=True)
+    call_rows = []
+    for n in LENGTHS:
+        ids, end = call_turn(tok, n)
+        fast_t, fast_d = per_token(g.stream_parser(), ids, end)
+        slow_t, slow_d = per_token(StreamParser(g.parser(), incremental=False), ids, end)
+        assert masked(fast_d) == masked(slow_d), "the two parsers disagree"
+        call_rows.append((n, statistics.median(fast_t), max(fast_t), statistics.median(slow_t), max(slow_t)))
+        print(call_rows[-1], file=sys.stderr, flush=True)
     lines = ["# Streaming parser: cost per token as the turn grows", "",
              f"Command: `python benchmarks/bench_stream.py`. Machine: {platform.machine()}, {platform.system()}. "
              f"A Hermes (Qwen3 vocabulary) turn of N reasoning tokens then one call, fed one token at a time; "
@@ -71,6 +97,12 @@ def main() -> int:
              "| reasoning tokens | incremental p50 | incremental max | re-read everything p50 | re-read max |",
              "|---|---|---|---|---|"]
     for n, fm, fx, sm, sx in rows:
+        lines.append(f"| {n:,} | {fm * 1e6:.1f} µs | {fx * 1e6:.0f} µs | {sm * 1e6:.0f} µs | {sx * 1e6:.0f} µs |")
+    lines += ["", "One call whose JSON arguments hold N tokens of code in a string; times of the feeds of the "
+              f"last {WINDOW} argument tokens.", "",
+              "| argument tokens | incremental p50 | incremental max | re-read everything p50 | re-read max |",
+              "|---|---|---|---|---|"]
+    for n, fm, fx, sm, sx in call_rows:
         lines.append(f"| {n:,} | {fm * 1e6:.1f} µs | {fx * 1e6:.0f} µs | {sm * 1e6:.0f} µs | {sx * 1e6:.0f} µs |")
     (ROOT / "benchmarks" / "RESULTS_STREAM.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

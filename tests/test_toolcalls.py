@@ -455,3 +455,26 @@ def test_free_text_stream_splits_reasoning_at_any_chunking(family):
     if markers:
         got = FreeTextStream(markers).feed(texts[0], final=True)
         assert got == [{"reasoning_content": "\nthinking it over \n"}, {"content": "\n\nthe answer "}]
+
+
+def test_long_arguments_stream_without_rereading():
+    """A call whose JSON arguments run long: the deltas equal the reference reading, and the
+    arguments' tokens are sent as they come without re-reading the output (flat per token)."""
+    from engine.tools import StreamParser
+
+    tok = load_tokenizer("qwen3")
+    tools = [{"type": "function", "function": {"name": "write_file", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+        "required": ["path", "text"]}}}]
+    g = compile_tools(tok, tools, format="hermes")
+    body = "def f(x):\\n    return {\\\"a\\\": [x, 2]}  # \\\"quoted\\\" braces } ] and more\\n" * 40
+    text = ('<tool_call>\n{"name": "write_file", "arguments": {"path": "a.py", "text": "' + body + '"}}\n</tool_call>')
+    ids = tok.encode(text, add_special_tokens=False)
+    state = g.walk(ids, 10_000)
+    assert state is not None and g.is_final(state), "the text is a valid call"
+    fast, slow = g.stream_parser(), StreamParser(g.parser(), incremental=False)
+    got = [d for t in ids for d in fast.feed([t])]
+    want = [d for t in ids for d in slow.feed([t])]
+    assert _masked(got) == _masked(want)
+    assert json.loads(accumulate_deltas(got)["tool_calls"][0]["function"]["arguments"])["text"].count("quoted") == 40
+    assert fast.rereads < len(ids) // 20, (fast.rereads, len(ids))

@@ -3,7 +3,9 @@
 Each token is decoded onto the text so far (an incremental UTF-8 decoder), and while the output is
 inside free text (reasoning or content) whose end can only be a special token, tokens with no
 special token in them just extend that text: no regex runs, so the cost per token stays flat
-however long the reasoning grows. Anything else (a special token, a call, a format whose calls
+however long the reasoning grows. Likewise inside a call's JSON arguments: a token that leaves the
+arguments' object open is sent as an arguments fragment as it is (a small scanner keeps the
+object's depth). Anything else (a special token, the arguments closing, a format whose calls
 begin with ordinary text) re-reads the output with the parser's regexes, which are the reference:
 ``incremental=False`` always takes that path.
 """
@@ -37,6 +39,7 @@ class StreamParser:
         self._held = ""  # that text's trailing whitespace, not sent yet (leading whitespace is never sent)
         self._backlog = ""  # text decoded while waiting for the rest of a character, not yet read
         self.rereads = 0  # feeds that re-read the whole output (the rest only extended free text)
+        self._args: _JsonDepth | None = None  # inside the open call's JSON arguments, all sent
 
     def _append(self, token_ids: list[int]) -> str:
         """Decode ``token_ids`` onto the text; returns what they added."""
@@ -59,8 +62,13 @@ class StreamParser:
             self._backlog = new
             return []  # a character split across tokens: wait for its other bytes
         self._backlog = ""
-        if self.incremental and self._region is not None and not self.p.has_symbol(new):
-            return self._extend(self._region, new)
+        if self.incremental and not self.p.has_symbol(new):
+            if self._region is not None:
+                return self._extend(self._region, new)
+            if self._args is not None and self._args.stays_open(new):
+                index = len(self.calls) - 1
+                self.calls[index]["arguments"] += new
+                return [{"tool_calls": [{"index": index, "function": {"arguments": new}}]}]
         return self._reread()
 
     def _extend(self, role: str, new: str) -> list[dict]:
@@ -79,6 +87,7 @@ class StreamParser:
         """Read the whole output with the parser's regexes and send what is new."""
         text = self.text
         self._region = None
+        self._args = None
         self.rereads += 1
         m = self.p.top.fullmatch(text, partial=True)
         if m is None:
@@ -122,6 +131,10 @@ class StreamParser:
                 ti, groups, arguments = found
                 name = self.p.calls[ti].tool.name
                 deltas += self._send(self.closed, call_id(name, groups), name, arguments)
+                if self.p.arguments[ti] is not None and text.endswith(arguments) and arguments.lstrip().startswith("{"):
+                    depth = _JsonDepth()
+                    if depth.stays_open(arguments):
+                        self._args = depth  # the text ends inside the arguments' object
         return deltas
 
     def _send(self, index: int, cid: str, name: str, arguments: str) -> list[dict]:
@@ -158,6 +171,42 @@ class StreamParser:
             return []
         self.sent[role] = len(text)
         return [{key: new}]
+
+
+class _JsonDepth:
+    """How deep a JSON text is, string and escape states included, fed piece by piece."""
+
+    def __init__(self) -> None:
+        self.depth, self.in_string, self.escaped = 0, False, False
+
+    def stays_open(self, text: str) -> bool:
+        """Read ``text``; True when the outermost container is open throughout and after it (the
+        state is then advanced), False when ``text`` closes it (the state is then left as it was)."""
+        depth, in_string, escaped = self.depth, self.in_string, self.escaped
+        opened = depth > 0
+        for c in text:
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif c == "\\":
+                    escaped = True
+                elif c == '"':
+                    in_string = False
+            elif c == '"':
+                in_string = True
+            elif c in "{[":
+                depth += 1
+                opened = True
+            elif c in "}]":
+                depth -= 1
+                if depth <= 0:
+                    return False
+            elif not opened and not c.isspace():
+                return False  # a value that is not a container: its end cannot be told here
+        if not opened:
+            return False
+        self.depth, self.in_string, self.escaped = depth, in_string, escaped
+        return True
 
 
 def accumulate_deltas(deltas: list[dict]) -> dict:
