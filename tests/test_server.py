@@ -359,3 +359,10 @@ def test_a_slow_compile_does_not_stall_running_streams(server):
     gaps = [b - a for a, b in zip([t] + during, during + [compile_end])]
     assert compile_end - t > 0.5, "the schema should take a while, or this test shows nothing"
     assert len(during) > 20 and max(gaps) < 0.5, (compile_end - t, len(during), max(gaps))
+
+
+def test_unknown_routes_and_methods_answer_in_openai_shape(server):
+    r = httpx.get(server[0] + "/v1/nothing")
+    assert r.status_code == 404 and r.json()["error"]["message"]
+    r = httpx.get(server[0] + "/v1/chat/completions")
+    assert r.status_code == 405 and r.json()["error"]["message"]

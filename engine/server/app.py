@@ -16,7 +16,9 @@ import time
 from typing import Any
 
 import anyio
+import jinja2
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
@@ -132,11 +134,13 @@ def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 1
                 grammar, ids, matcher = await anyio.to_thread.run_sync(_setup, tokenizer, plan, limiter=compiling)
             except ToolgateError as e:
                 raise _engine_error(e, plan) from None
+            except jinja2.TemplateError as e:  # the model's chat template refused the conversation
+                raise ApiError(f"the chat template cannot render these messages: {e}", "messages") from None
         except ApiError as e:
             return error(e)
         loop = asyncio.get_running_loop()
         out = _Output(loop, vocab, plan.stop)
-        eos = list(grammar.vocab.eos_ids) if grammar is not None else sorted(tokenizer.eos_token_ids)
+        eos = list(grammar.vocab.eos_ids if grammar is not None else vocab.eos_ids)
         job = Job(ids, plan.max_tokens, sampler(plan.temperature, plan.top_p, plan.seed),
                   [matcher] if matcher is not None else [], eos, out.on_token, out.on_end,
                   matcher.complete_at if matcher is not None else None)
@@ -256,10 +260,14 @@ def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 1
     async def unknown(request: HttpRequest, exc: Exception):
         return error(ApiError(f"internal error: {type(exc).__name__}: {exc}", status=500, kind="server_error"))
 
+    async def http_error(request: HttpRequest, exc: HTTPException):
+        return error(ApiError(f"{request.method} {request.url.path}: {exc.detail}", status=exc.status_code,
+                              code="not_found" if exc.status_code == 404 else None))
+
     app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
                             Route("/v1/models", models, methods=["GET"]),
                             Route("/health", health, methods=["GET"])],
-                    exception_handlers={Exception: unknown}, lifespan=lifespan)
+                    exception_handlers={Exception: unknown, HTTPException: http_error}, lifespan=lifespan)
     app.state.scheduler = scheduler
     return app
 
