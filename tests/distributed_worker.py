@@ -1,5 +1,5 @@
 """Run by tests/test_distributed.py under ``mlx.launch``: the engine's generations on a model
-sharded over the launched processes (tensor or pipeline parallel); rank 0 writes them as JSON.
+sharded tensor-parallel over the launched processes; rank 0 writes them as JSON.
 ``outputs`` is also what the test runs in one process to compare."""
 
 import json
@@ -36,13 +36,23 @@ def outputs(model, tokenizer) -> list:
 
 
 def main(folder: str, path: str, kind: str) -> None:
+    """``kind``: "tensor" (the outputs), or "kill" (rank 1 dies at its fifth token)."""
+    import os
+
     from mlx_lm.utils import sharded_load
 
     group = mx.distributed.init()
-    if kind == "pipeline":
-        model, tokenizer = sharded_load(folder, pipeline_group=group)
-    else:
-        model, tokenizer = sharded_load(folder, tensor_group=group)
+    model, tokenizer = sharded_load(folder, tensor_group=group)
+    if kind == "kill":
+        seen = [0]
+
+        def die_at_the_fifth_token(tokens, logits):
+            seen[0] += 1
+            if group.rank() == 1 and seen[0] == 5:
+                os._exit(3)
+            return logits
+        engine.generate(model, tokenizer, "JSON:", response_format=SCHEMA, max_tokens=40,
+                        logits_processors=[die_at_the_fifth_token])
     got = outputs(model, tokenizer)
     if group.rank() == 0:
         with open(path, "w") as f:
