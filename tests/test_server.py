@@ -366,3 +366,36 @@ def test_unknown_routes_and_methods_answer_in_openai_shape(server):
     assert r.status_code == 404 and r.json()["error"]["message"]
     r = httpx.get(server[0] + "/v1/chat/completions")
     assert r.status_code == 405 and r.json()["error"]["message"]
+
+
+def test_a_failing_processor_ends_only_its_own_request():
+    """A job whose processor raises ends with an error; the sequences beside it in the batch finish."""
+    from engine.server.scheduler import Job, Scheduler
+    from engine.server.protocol import sampler
+
+    model, tokenizer = load_default_model()
+    ids = tokenizer.encode("Hello")
+    ends: dict = {}
+    done = threading.Event()
+
+    def job(name, processors):
+        def on_end(reason, error):
+            ends[name] = (reason, error)
+            if len(ends) == 3:
+                done.set()
+        return Job(ids, 30, sampler(1.0, 1.0, 0), processors, [], lambda t: False, on_end)
+
+    def bad(tokens, logits):
+        if tokens.size > len(ids) + 2:
+            raise RuntimeError("this processor broke")
+        return logits
+
+    scheduler = Scheduler(model)
+    try:
+        for name, procs in (("a", []), ("bad", [bad]), ("b", [])):
+            scheduler.submit(job(name, procs))
+        assert done.wait(60)
+    finally:
+        scheduler.close()
+    assert ends["bad"][0] == "error" and "broke" in str(ends["bad"][1])
+    assert ends["a"][0] == ends["b"][0] == "length"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import queue
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 # mlx_lm's package exports a function named ``generate`` over the module of the same name
@@ -38,7 +38,8 @@ class Job:
     on_end: Callable[[str, Exception | None], None]
     complete_at: Callable[[int], bool] | None = None  # the grammar allows nothing but the end after n tokens
     cancelled: bool = False
-    produced: int = field(default=0)
+    produced: int = 0
+    failed: Exception | None = None  # what one of its processors raised: it alone ends
 
 
 class Scheduler:
@@ -60,6 +61,7 @@ class Scheduler:
         return self._load
 
     def submit(self, job: Job) -> None:
+        job.processors = [_guarded(job, p) for p in job.processors]
         with self._lock:
             if self._load >= self.max_active + self.max_waiting:
                 raise Busy(f"{self._load} requests are running or waiting (limit {self.max_active + self.max_waiting})")
@@ -118,13 +120,19 @@ class Scheduler:
                 continue
             try:
                 responses = gen.next_generated()
-            except Exception as e:  # a processor refused a token: which sequence is unknown, so end them all
+            except Exception as e:  # the model itself failed: every sequence in the batch goes
                 for uid, job in active.items():
                     self._end(job, "error", e)
                 active.clear()
                 gen.close()
                 gen = _mlx_generate.BatchGenerator(self.model, completion_batch_size=self.max_active)
                 continue
+            failed = [uid for uid, j in active.items() if j.failed is not None]
+            if failed:
+                gen.remove(failed)
+                for uid in failed:
+                    job = active.pop(uid)
+                    self._end(job, "error", job.failed)
             finished = []
             for r in responses:
                 job = active.get(r.uid)
@@ -146,3 +154,17 @@ class Scheduler:
                 for uid in finished:
                     self._end(active.pop(uid), "complete")
         gen.close()
+
+
+def _guarded(job: Job, processor: Callable) -> Callable:
+    """``processor`` for ``job`` alone: what it raises marks the job failed (the scheduler ends it
+    after this step) instead of failing every sequence of the batch."""
+    def run(tokens, logits):
+        if job.failed is not None:
+            return logits
+        try:
+            return processor(tokens, logits)
+        except Exception as e:
+            job.failed = e
+            return logits
+    return run
