@@ -30,12 +30,16 @@ TOOLS = [WEATHER, TIME]
 ASK = [{"role": "user", "content": "What's the weather in Paris?"}]
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @contextlib.contextmanager
 def running(app):
     """``app`` served by uvicorn on a free port in a thread: yields its base URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
@@ -288,9 +292,7 @@ def test_answers_every_field_mlx_lm_server_does(server, tmp_path):
 
     from engine.default_model import build_default_model
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mlx_lm.server", "--model", str(build_default_model()),
                              "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

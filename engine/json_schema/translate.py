@@ -38,10 +38,6 @@ PLAIN_CHAR = rf'[^"\\\x00-\x1F{SPECIAL_CLASS}]'  # a string character written as
 MAX_EXCLUDED_KEY = 64  # longest declared name a key regex steers around (groups nest per character)
 
 
-def _class_char(c: str) -> str:
-    return "\\" + c if c in "\\.+*?()|[]{}^$#&-~" else c
-
-
 def _plain(c: str) -> bool:
     return c not in '"\\' and ord(c) >= 0x20 and not 0xE000 <= ord(c) <= 0xEFFF
 
@@ -62,7 +58,7 @@ def key_except(names: list[str]) -> str | None:
     def below(node: dict) -> str:
         kids = sorted(c for c in node if c)
         alts = [] if "" in node else [""]
-        alts.append(f'[^"\\\\\\x00-\\x1F{SPECIAL_CLASS}{"".join(map(_class_char, kids))}]{STRING_CHAR}*')
+        alts.append(f'[^"\\\\\\x00-\\x1F{SPECIAL_CLASS}{"".join(map(escape, kids))}]{STRING_CHAR}*')
         alts += [escape(c) + below(node[c]) for c in kids if _plain(c)]  # others need escapes
         return "(?:" + "|".join(alts) + ")"
     return f'"{below(trie)}"'

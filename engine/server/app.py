@@ -123,7 +123,6 @@ def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 1
             raise ApiError(f"the body is not JSON: {e}") from None
 
     async def chat(request: HttpRequest):
-        plan = None
         try:
             body = await read_body(request)
             plan = read_request(body)
@@ -164,32 +163,36 @@ def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 1
             raise
         if out.reason == "error":
             return error(ApiError(f"generation failed: {out.error}", status=500, kind="server_error"))
-        result, message = _finish(grammar, ids, out, plan)
-        return JSONResponse(response(cid, model_id, message, result.finish_reason, result.usage))
+        result, text = _result(grammar, ids, out, plan)
+        return JSONResponse(response(cid, model_id, _message(grammar, result, text), result.finish_reason,
+                                     result.usage))
 
-    def _finish(grammar, ids, out: _Output, plan: Plan):
+    def _result(grammar, ids, out: _Output, plan: Plan):
+        """The engine's Result of ``out``, a stop string's cut counted as a stop; and the text cut."""
         flags = {"ended": out.reason in ("eos", "complete"), "eos": out.reason == "eos"}
         result = finish(tokenizer, grammar, ids, out.tokens, flags, plan.max_tokens)
+        text, cut = _cut(result.text, plan.stop)
+        if cut:
+            result.finish_reason = "stop"
+        return result, text
+
+    def _message(grammar, result, text: str) -> dict:
+        """The assistant message of a whole (not streamed) response."""
         message: dict = {"role": "assistant", "content": None}
         if isinstance(grammar, ToolGrammar):
             message["content"] = result.content or None
-            if result.reasoning:  # under both names clients read it by (mlx_lm.server's is "reasoning")
-                message["reasoning_content"] = message["reasoning"] = result.reasoning
+            reasoning = result.reasoning
             if result.tool_calls:
                 message["tool_calls"] = result.tool_calls
+        elif grammar is None:
+            parts = FreeTextStream(markers).feed(text, final=True)
+            message["content"] = "".join(d.get("content", "") for d in parts)
+            reasoning = "".join(d.get("reasoning_content", "") for d in parts)
         else:
-            text, cut = _cut(result.text, plan.stop)
-            if cut:
-                result.finish_reason = "stop"
-            if grammar is None:
-                parts = FreeTextStream(markers).feed(text, final=True)
-                message["content"] = "".join(d.get("content", "") for d in parts)
-                reasoning = "".join(d.get("reasoning_content", "") for d in parts)
-                if reasoning:
-                    message["reasoning_content"] = message["reasoning"] = reasoning
-            else:
-                message["content"] = text
-        return result, message
+            message["content"], reasoning = text, None
+        if reasoning:  # under both names clients read it by (mlx_lm.server's is "reasoning")
+            message["reasoning_content"] = message["reasoning"] = reasoning
+        return message
 
     async def _events(cid, plan: Plan, grammar, ids, out: _Output, job: Job):
         def sse(obj: dict) -> str:
@@ -233,7 +236,7 @@ def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 1
             if out.reason == "error":
                 yield sse({"error": ApiError(f"generation failed: {out.error}", kind="server_error").body()["error"]})
                 return
-            result, message = _finish(grammar, ids, out, plan)
+            result, _ = _result(grammar, ids, out, plan)
             if parser is None:
                 for delta in free.feed(text[sent:], final=True):
                     yield sse(chunk(cid, model_id, alias(delta)))

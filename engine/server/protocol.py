@@ -71,6 +71,13 @@ def _number(body: dict, name: str, lo: float, hi: float, default: float) -> floa
     return float(v)
 
 
+def _flag(body: dict, name: str, default: bool) -> bool:
+    v = body.get(name, default)
+    if not isinstance(v, bool):
+        raise ApiError(f"'{name}' must be a boolean", name)
+    return v
+
+
 def _text(content: Any, where: str) -> str:
     """A message's content: a string, or a list of text parts joined."""
     if content is None or isinstance(content, str):
@@ -171,10 +178,7 @@ def read_request(body: Any) -> Plan:
     plan.tool_choice, plan.tools = _tool_choice(body.get("tool_choice"), tools)
     if body.get("tool_choice") not in (None, "none", "auto") and not tools:
         raise ApiError("tool_choice needs tools", "tool_choice")
-    ptc = body.get("parallel_tool_calls", True)
-    if not isinstance(ptc, bool):
-        raise ApiError("'parallel_tool_calls' must be a boolean", "parallel_tool_calls")
-    plan.parallel_tool_calls = ptc
+    plan.parallel_tool_calls = _flag(body, "parallel_tool_calls", True)
     rf = body.get("response_format")
     if rf is not None:
         kind = rf.get("type") if isinstance(rf, dict) else None
@@ -214,13 +218,10 @@ def read_request(body: Any) -> Plan:
     if stops and (plan.tools or plan.schema is not None):
         raise ApiError("'stop' applies to free text only, not with tools or response_format", "stop")
     plan.stop = stops
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise ApiError("'stream' must be a boolean", "stream")
-    plan.stream = stream
+    plan.stream = _flag(body, "stream", False)
     opts = body.get("stream_options")
     if opts is not None:
-        if not isinstance(opts, dict) or set(opts) - {"include_usage"} or not stream:
+        if not isinstance(opts, dict) or set(opts) - {"include_usage"} or not plan.stream:
             raise ApiError("stream_options takes include_usage, with stream: true", "stream_options")
         plan.include_usage = bool(opts.get("include_usage"))
     effort = body.get("reasoning_effort")
@@ -228,11 +229,8 @@ def read_request(body: Any) -> Plan:
         if effort not in ("none", "minimal", "low", "medium", "high"):
             raise ApiError("reasoning_effort must be none, minimal, low, medium or high", "reasoning_effort")
         plan.thinking = effort not in ("none", "minimal")
-    thinking = body.get("thinking")
-    if thinking is not None:
-        if not isinstance(thinking, bool):
-            raise ApiError("'thinking' must be a boolean", "thinking")
-        plan.thinking = thinking
+    if body.get("thinking") is not None:
+        plan.thinking = _flag(body, "thinking", False)
     return plan
 
 
