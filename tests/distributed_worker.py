@@ -1,5 +1,6 @@
 """Run by tests/test_distributed.py under ``mlx.launch``: the engine's generations on a model
-sharded tensor-parallel over the launched processes; rank 0 writes them as JSON.
+sharded over the launched processes (tensor-parallel, or a pipeline of layers); rank 0 writes
+them as JSON.
 ``outputs`` is also what the test runs in one process to compare."""
 
 import json
@@ -36,13 +37,17 @@ def outputs(model, tokenizer) -> list:
 
 
 def main(folder: str, path: str, kind: str) -> None:
-    """``kind``: "tensor" (the outputs), or "kill" (rank 1 dies at its fifth token)."""
+    """``kind``: "tensor" or "pipeline" (the outputs, sharded so), or "kill" (tensor-parallel, rank 1
+    dies at its fifth token)."""
     import os
 
     from mlx_lm.utils import sharded_load
 
     group = mx.distributed.init()
-    model, tokenizer = sharded_load(folder, tensor_group=group)
+    if kind == "pipeline":
+        model, tokenizer = sharded_load(folder, pipeline_group=group)
+    else:
+        model, tokenizer = sharded_load(folder, tensor_group=group)
     if kind == "kill":
         seen = [0]
 

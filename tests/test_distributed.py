@@ -1,6 +1,7 @@
 """Two MLX processes over loopback (``mlx.launch --backend ring``), as on two Macs: the engine's
 greedy and seeded sampled outputs under a schema and under tools equal the single-process ones,
-with the model sharded tensor-parallel (mlx-lm's Qwen3 has no pipeline mode)."""
+with the model sharded tensor-parallel (Qwen3) or as a pipeline of layers (Qwen2: mlx-lm's Qwen3
+has no pipeline mode)."""
 
 import json
 import shutil
@@ -20,9 +21,14 @@ WORKER = Path(__file__).resolve().parent / "distributed_worker.py"
 
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory):
-    folder = write_random_model(tokenizer_dir("qwen3"), tmp_path_factory.mktemp("sharded"), vocab_size=151936,
-                                layers=4)
-    return folder
+    return write_random_model(tokenizer_dir("qwen3"), tmp_path_factory.mktemp("sharded"), vocab_size=151936,
+                              layers=4)
+
+
+@pytest.fixture(scope="module")
+def pipeline_folder(tmp_path_factory):
+    return write_random_model(tokenizer_dir("qwen3"), tmp_path_factory.mktemp("pipeline"), vocab_size=151936,
+                              layers=4, model_type="qwen2")
 
 
 def launcher() -> str:
@@ -31,8 +37,9 @@ def launcher() -> str:
     return found
 
 
-@pytest.mark.parametrize("kind", ["tensor"])
-def test_two_processes_give_the_single_process_outputs(model_folder, kind, tmp_path):
+@pytest.mark.parametrize("kind", ["tensor", "pipeline"])
+def test_two_processes_give_the_single_process_outputs(request, kind, tmp_path):
+    model_folder = request.getfixturevalue("model_folder" if kind == "tensor" else "pipeline_folder")
     out = tmp_path / "out.json"
     got = subprocess.run([launcher(), "--backend", "ring", "-n", "2", "--hosts", "127.0.0.1", "--python",
                           sys.executable, str(WORKER), str(model_folder), str(out), kind],
