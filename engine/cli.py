@@ -156,9 +156,18 @@ def cmd_build(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from .server import serve
+    import mlx.core as mx
 
-    serve(args.model, host=args.host, port=args.port, max_active=args.max_batch, max_waiting=args.max_queue)
+    from .server import serve, serve_sharded
+
+    options = dict(host=args.host, port=args.port, max_active=args.max_batch, max_waiting=args.max_queue)
+    group = mx.distributed.init()  # a group of one unless started by mlx.launch
+    if group.size() > 1:
+        serve_sharded(group, args.model, pipeline=args.pipeline, **options)
+    elif args.pipeline:
+        raise ValueError("--pipeline splits the model over the processes mlx.launch starts; this is one process")
+    else:
+        serve(args.model, **options)
     return 0
 
 
@@ -184,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     srv.add_argument("--port", type=int, default=8080)
     srv.add_argument("--max-batch", type=int, default=16, help="sequences decoded together")
     srv.add_argument("--max-queue", type=int, default=64, help="requests waiting beyond those (then 429)")
+    srv.add_argument("--pipeline", action="store_true",
+                     help="under mlx.launch: split the model's layers over the processes (default: tensor-parallel)")
     build = sub.add_parser("build-default-model", help="train the embedded default model (what ships in the package)")
     build.add_argument("--out", help="folder to write (default: the package's engine/embedded_model)")
     build.add_argument("--steps", type=int, help="training steps (default: the shipped model's)")

@@ -19,10 +19,11 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
         "type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]}}}]
 
 
-def outputs(model, tokenizer) -> list:
-    """Greedy and seeded sampled generations under a schema and under tools (required, auto)."""
+def outputs(model, tokenizer, samplings: int = 3) -> list:
+    """Greedy and seeded sampled generations (``samplings`` in all) under a schema and under tools
+    (required, auto)."""
     out = []
-    for seed, temp in ((0, 0.0), (1, 1.0), (2, 1.0)):
+    for seed, temp in ((0, 0.0), (1, 1.0), (2, 1.0))[:samplings]:
         mx.random.seed(seed)
         r = engine.generate(model, tokenizer, "JSON:", response_format=SCHEMA, max_tokens=40,
                             sampler=make_sampler(temp=temp))
@@ -36,7 +37,7 @@ def outputs(model, tokenizer) -> list:
     return out
 
 
-def main(folder: str, path: str, kind: str) -> None:
+def main(folder: str, path: str, kind: str, samplings: str = "3") -> None:
     """``kind``: "tensor" or "pipeline" (the outputs, sharded so), or "kill" (tensor-parallel, rank 1
     dies at its fifth token)."""
     import os
@@ -58,11 +59,11 @@ def main(folder: str, path: str, kind: str) -> None:
             return logits
         engine.generate(model, tokenizer, "JSON:", response_format=SCHEMA, max_tokens=40,
                         logits_processors=[die_at_the_fifth_token])
-    got = outputs(model, tokenizer)
+    got = outputs(model, tokenizer, int(samplings))
     if group.rank() == 0:
         with open(path, "w") as f:
             json.dump({"size": group.size(), "outputs": got}, f)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

@@ -25,8 +25,10 @@ DEFAULT_TIMEOUT = 60.0  # seconds one automaton build may take
 DEFAULT_BUILD_MEMORY = 8 << 30  # bytes one build may add to its process
 
 
-def _serve(conn, vocab: Vocab, max_memory: int) -> None:
-    """A builder process: build each requested automaton and send its arrays back."""
+def _serve(conn, vocab: Vocab, max_memory: int, parent: int) -> None:
+    """A builder process: build each requested automaton and send its arrays back, until its
+    parent (pid ``parent``) closes the pipe or is gone: a forked child holds the parent's end of
+    the pipe too, so a parent killed by a signal is seen by its pid, not by the pipe."""
     # another thread may have held these at the fork
     index.TRIE_LOCK = threading.Lock()
     index.TRIES.reset_lock()
@@ -42,6 +44,9 @@ def _serve(conn, vocab: Vocab, max_memory: int) -> None:
         pass  # no /proc or no rlimit (macOS): the transition bound still caps what a build holds
     while True:
         try:
+            while not conn.poll(2.0):
+                if os.getppid() != parent:
+                    return
             kind, regex, key, macro, max_edges = conn.recv()
         except (EOFError, OSError):
             return
@@ -76,7 +81,7 @@ class _Builder:
         if ctx.get_start_method() == "fork":
             index.vocabulary_trie(vocab)
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, vocab, max_memory), daemon=True)
+        self.proc = ctx.Process(target=_serve, args=(child, vocab, max_memory, os.getpid()), daemon=True)
         self.proc.start()
         child.close()
         self.busy = False  # a request sent and its reply not yet read: not reusable

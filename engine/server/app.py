@@ -12,6 +12,7 @@ import codecs
 import contextlib
 import json
 import os
+import random
 import time
 from typing import Any
 
@@ -29,7 +30,7 @@ from ..grammar import compile_json_schema
 from ..tools import FreeTextStream, ToolGrammar, detect_format, load_format
 from ..vocabulary import build_vocab
 from .protocol import ApiError, Plan, chunk, completion_id, read_request, response, sampler
-from .scheduler import Busy, Job, Scheduler
+from .scheduler import MAX_ACTIVE, Broken, Busy, Job, Scheduler, follow
 
 MAX_BODY = 8 << 20  # bytes of one request body
 
@@ -57,6 +58,17 @@ def _setup(tokenizer: Any, plan: Plan) -> tuple[Any, list[int], Any]:
     grammar, ids = prepare(tokenizer, plan.messages, request)
     matcher = grammar.matcher(plan.max_tokens) if grammar is not None else None
     return grammar, ids, matcher
+
+
+def mirror_job(tokenizer: Any, spec: dict) -> Job:
+    """On a rank other than 0: the job rank 0 announced with ``spec`` (the request's body and the
+    seed rank 0 drew): the same prompt, processor, sampler and end tokens; no callbacks."""
+    plan = read_request(spec["body"])
+    plan.seed = spec["seed"]
+    grammar, ids, matcher = _setup(tokenizer, plan)
+    eos = list(grammar.vocab.eos_ids if grammar is not None else build_vocab(tokenizer).eos_ids)
+    return Job(ids, plan.max_tokens, sampler(plan.temperature, plan.top_p, plan.seed),
+               [matcher] if matcher is not None else [], eos, lambda token: False, lambda reason, error: None)
 
 
 class _Output:
@@ -92,9 +104,11 @@ def _cut(text: str, stops: list[str]) -> tuple[str, bool]:
     return (text[:min(hits)], True) if hits else (text, False)
 
 
-def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 16, max_waiting: int = 64) -> Starlette:
-    """The ASGI app serving ``model``; ``app.state.scheduler`` runs the batch."""
-    scheduler = Scheduler(model, max_active=max_active, max_waiting=max_waiting)
+def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = MAX_ACTIVE, max_waiting: int = 64,
+               group: Any = None) -> Starlette:
+    """The ASGI app serving ``model``; ``app.state.scheduler`` runs the batch. With ``group`` (rank
+    0 of several processes holding shards of the model), the other ranks run ``serve_sharded``."""
+    scheduler = Scheduler(model, max_active=max_active, max_waiting=max_waiting, group=group)
     # compiles at once: each build runs in a builder process, and a burst of new schemas must not
     # fork one per request
     compiling = anyio.CapacityLimiter(max(1, os.cpu_count() or 1))
@@ -129,24 +143,40 @@ def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 1
             if body.get("model") not in (None, model_id):
                 raise ApiError(f"the model {body.get('model')!r} is not served here (this server serves {model_id!r})",
                                "model", status=404, code="model_not_found")
+            if scheduler.broken:
+                raise ApiError(scheduler.broken, status=503, kind="server_error")
+            if scheduler.group is not None and plan.seed is None and plan.temperature > 0:
+                plan.seed = random.getrandbits(32)  # every rank draws the same tokens
+        except ApiError as e:
+            return error(e)
+        # the other ranks compile this request while this one does; a refusal here drops it there
+        key = scheduler.announce({"body": body, "seed": plan.seed})
+        submitted = False
+        try:
             try:
                 grammar, ids, matcher = await anyio.to_thread.run_sync(_setup, tokenizer, plan, limiter=compiling)
             except ToolgateError as e:
                 raise _engine_error(e, plan) from None
             except jinja2.TemplateError as e:  # the model's chat template refused the conversation
                 raise ApiError(f"the chat template cannot render these messages: {e}", "messages") from None
+            loop = asyncio.get_running_loop()
+            out = _Output(loop, vocab, plan.stop)
+            eos = list(grammar.vocab.eos_ids if grammar is not None else vocab.eos_ids)
+            job = Job(ids, plan.max_tokens, sampler(plan.temperature, plan.top_p, plan.seed),
+                      [matcher] if matcher is not None else [], eos, out.on_token, out.on_end,
+                      matcher.complete_at if matcher is not None else None, key=key)
+            try:
+                scheduler.submit(job)
+                submitted = True
+            except Busy as e:
+                raise ApiError(f"the server is busy: {e}", status=429, kind="server_busy", code="server_busy") from None
+            except Broken as e:
+                raise ApiError(str(e), status=503, kind="server_error") from None
         except ApiError as e:
             return error(e)
-        loop = asyncio.get_running_loop()
-        out = _Output(loop, vocab, plan.stop)
-        eos = list(grammar.vocab.eos_ids if grammar is not None else vocab.eos_ids)
-        job = Job(ids, plan.max_tokens, sampler(plan.temperature, plan.top_p, plan.seed),
-                  [matcher] if matcher is not None else [], eos, out.on_token, out.on_end,
-                  matcher.complete_at if matcher is not None else None)
-        try:
-            scheduler.submit(job)
-        except Busy as e:
-            return error(ApiError(f"the server is busy: {e}", status=429, kind="server_busy", code="server_busy"))
+        finally:
+            if not submitted:
+                scheduler.drop(key)
         cid = completion_id()
         if plan.stream:
             return StreamingResponse(_events(cid, plan, grammar, ids, out, job), media_type="text/event-stream")
@@ -162,7 +192,8 @@ def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 1
             scheduler.cancel(job)
             raise
         if out.reason == "error":
-            return error(ApiError(f"generation failed: {out.error}", status=500, kind="server_error"))
+            return error(ApiError(f"generation failed: {out.error}", status=503 if isinstance(out.error, Broken)
+                                  else 500, kind="server_error"))
         result, text = _result(grammar, ids, out, plan)
         return JSONResponse(response(cid, model_id, _message(grammar, result, text), result.finish_reason,
                                      result.usage))
@@ -253,6 +284,8 @@ def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 1
                                                          "owned_by": "mlx-toolgate"}]})
 
     async def health(request: HttpRequest):
+        if scheduler.broken:
+            return JSONResponse({"status": "error", "model": model_id, "error": scheduler.broken}, status_code=503)
         return JSONResponse({"status": "ok", "model": model_id, "requests": scheduler.load})
 
     @contextlib.asynccontextmanager
@@ -278,10 +311,41 @@ def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = 1
 def serve(model_path: str | None = None, host: str = "127.0.0.1", port: int = 8080, **options: Any) -> None:
     """Load the model (default: the embedded one) and serve it until interrupted."""
     import mlx_lm
-    import uvicorn
 
     from ..default_model import load_default_model
 
     model, tokenizer = mlx_lm.load(model_path) if model_path else load_default_model()
-    app = create_app(model, tokenizer, model_path or "toolgate-default", **options)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    _run(create_app(model, tokenizer, model_path or "toolgate-default", **options), host, port)
+
+
+def serve_sharded(group: Any, model_path: str | None = None, host: str = "127.0.0.1", port: int = 8080,
+                  pipeline: bool = False, **options: Any) -> None:
+    """One process of several started by ``mlx.launch``: load this rank's shard of the model
+    (tensor-parallel, or a pipeline of layers); rank 0 serves HTTP and leads the batch, the other
+    ranks follow it until it stops."""
+    from mlx_lm.utils import sharded_load
+
+    from ..default_model import build_default_model
+
+    path = model_path or str(build_default_model())
+    model, tokenizer = sharded_load(path, pipeline_group=group if pipeline else None,
+                                    tensor_group=None if pipeline else group)
+    if group.rank() > 0:
+        follow(model, group, lambda spec: mirror_job(tokenizer, spec), max_active=options.get("max_active", MAX_ACTIVE))
+        return
+    _run(create_app(model, tokenizer, model_path or "toolgate-default", group=group, **options), host, port)
+
+
+def _run(app: Starlette, host: str, port: int) -> None:
+    """uvicorn until a signal; on it, requests in flight are answered with an error at once rather
+    than waited for (mlx.launch stops rank 0 so when another rank dies, and the batch may be stuck
+    on the dead rank)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            app.state.scheduler.stop(f"the server is stopping (signal {sig}); under mlx.launch, "
+                                     "another rank ended")
+            super().handle_exit(sig, frame)
+
+    Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()
