@@ -38,10 +38,7 @@ def outputs(model, tokenizer, samplings: int = 3) -> list:
 
 
 def main(folder: str, path: str, kind: str, samplings: str = "3") -> None:
-    """``kind``: "tensor" or "pipeline" (the outputs, sharded so), or "kill" (tensor-parallel, rank 1
-    dies at its fifth token)."""
-    import os
-
+    """``kind``: "tensor" or "pipeline", how the model is sharded."""
     from mlx_lm.utils import sharded_load
 
     group = mx.distributed.init()
@@ -49,16 +46,6 @@ def main(folder: str, path: str, kind: str, samplings: str = "3") -> None:
         model, tokenizer = sharded_load(folder, pipeline_group=group)
     else:
         model, tokenizer = sharded_load(folder, tensor_group=group)
-    if kind == "kill":
-        seen = [0]
-
-        def die_at_the_fifth_token(tokens, logits):
-            seen[0] += 1
-            if group.rank() == 1 and seen[0] == 5:
-                os._exit(3)
-            return logits
-        engine.generate(model, tokenizer, "JSON:", response_format=SCHEMA, max_tokens=40,
-                        logits_processors=[die_at_the_fifth_token])
     got = outputs(model, tokenizer, int(samplings))
     if group.rank() == 0:
         with open(path, "w") as f:
