@@ -82,11 +82,11 @@ def bodies() -> list[dict]:
     """Greedy and seeded sampled requests: a schema, tools required and auto, one streamed."""
     out = []
     for sampling in ({"temperature": 0}, {"temperature": 1.0, "seed": 1}, {"temperature": 1.0, "seed": 2})[:SAMPLINGS]:
-        out.append({"messages": ASK, "max_tokens": 30, **sampling,
+        out.append({"messages": ASK, "max_tokens": 24, **sampling,
                     "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": SCHEMA}}})
-        for choice in ("required", "auto"):
-            out.append({"messages": ASK, "tools": TOOLS, "tool_choice": choice, "max_tokens": 40, **sampling})
-    out.append({"messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 40, "temperature": 1.0,
+        for choice, budget in (("required", 36), ("auto", 24)):
+            out.append({"messages": ASK, "tools": TOOLS, "tool_choice": choice, "max_tokens": budget, **sampling})
+    out.append({"messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 36, "temperature": 1.0,
                 "seed": 3, "stream": True})
     return out
 
