@@ -4,7 +4,8 @@ A Qwen3 (Hermes) turn of N reasoning tokens and then a call, fed one token at a 
 feeds of the last 200 reasoning tokens at each length (the cost a reasoning model pays per token
 late in a long turn), and check that both parsers send the same deltas. Then a call whose JSON
 arguments hold N tokens of code in a string (a coding agent writing a file): the feeds of the
-last 200 argument tokens.
+last 200 argument tokens. Then the same call in qwen3_coder's XML parameters, the code as the
+text parameter's value.
 
     python benchmarks/bench_stream.py     # writes benchmarks/RESULTS_STREAM.md
 """
@@ -57,6 +58,16 @@ def call_turn(tok, n: int) -> tuple[list[int], int]:
     return head + body + tail, len(head) + len(body)
 
 
+def xml_call_turn(tok, n: int) -> tuple[list[int], int]:
+    """``call_turn`` in qwen3_coder's format: the code is the text parameter's raw value."""
+    code = "def f(x):\n    return {'a': [x, 2]}\n"
+    head = tok.encode("<tool_call>\n<function=write_file>\n<parameter=path>\na.py\n</parameter>\n"
+                      "<parameter=text>\n", add_special_tokens=False)
+    body = tok.encode(code * (n // 8 + 1), add_special_tokens=False)[:n]
+    tail = tok.encode("\n</parameter>\n</function>\n</tool_call>", add_special_tokens=False)
+    return head + body + tail, len(head) + len(body)
+
+
 def per_token(parser: StreamParser, ids: list[int], n: int) -> tuple[list[float], list[dict]]:
     times, deltas = [], []
     for i, t in enumerate(ids):
@@ -67,6 +78,28 @@ def per_token(parser: StreamParser, ids: list[int], n: int) -> tuple[list[float]
     return times, deltas
 
 
+def measure(g, make) -> list[tuple]:
+    """Per length n: ``make(n)`` gives (ids, where the timed tokens end), fed to both parsers,
+    which must send the same deltas; (n, incremental p50, max, re-read p50, max)."""
+    rows = []
+    for n in LENGTHS:
+        ids, end = make(n)
+        fast_t, fast_d = per_token(g.stream_parser(), ids, end)
+        slow_t, slow_d = per_token(StreamParser(g.parser(), incremental=False), ids, end)
+        assert masked(fast_d) == masked(slow_d), "the two parsers disagree"
+        rows.append((n, statistics.median(fast_t), max(fast_t), statistics.median(slow_t), max(slow_t)))
+        print(rows[-1], file=sys.stderr, flush=True)
+    return rows
+
+
+def table(what: str, rows: list[tuple]) -> list[str]:
+    lines = [f"| {what} | incremental p50 | incremental max | re-read everything p50 | re-read max |",
+             "|---|---|---|---|---|"]
+    for n, fm, fx, sm, sx in rows:
+        lines.append(f"| {n:,} | {fm * 1e6:.1f} µs | {fx * 1e6:.0f} µs | {sm * 1e6:.0f} µs | {sx * 1e6:.0f} µs |")
+    return lines
+
+
 def masked(deltas):
     return [re.sub(r'"call_[0-9a-f]+"', '"call_"', json.dumps(d)) for d in deltas]
 
@@ -74,36 +107,20 @@ def masked(deltas):
 def main() -> int:
     tok = load_tokenizer("qwen3")
     g = compile_tools(tok, TOOLS, format="hermes")
-    rows = []
-    for n in LENGTHS:
-        ids = turn(tok, n)
-        fast_t, fast_d = per_token(g.stream_parser(), ids, n)
-        slow_t, slow_d = per_token(StreamParser(g.parser(), incremental=False), ids, n)
-        assert masked(fast_d) == masked(slow_d), "the two parsers disagree"
-        rows.append((n, statistics.median(fast_t), max(fast_t), statistics.median(slow_t), max(slow_t)))
-        print(rows[-1], file=sys.stderr, flush=True)
-    call_rows = []
-    for n in LENGTHS:
-        ids, end = call_turn(tok, n)
-        fast_t, fast_d = per_token(g.stream_parser(), ids, end)
-        slow_t, slow_d = per_token(StreamParser(g.parser(), incremental=False), ids, end)
-        assert masked(fast_d) == masked(slow_d), "the two parsers disagree"
-        call_rows.append((n, statistics.median(fast_t), max(fast_t), statistics.median(slow_t), max(slow_t)))
-        print(call_rows[-1], file=sys.stderr, flush=True)
+    rows = measure(g, lambda n: (turn(tok, n), n))
+    call_rows = measure(g, lambda n: call_turn(tok, n))
+    xml_rows = measure(compile_tools(tok, TOOLS, format="qwen3_coder"), lambda n: xml_call_turn(tok, n))
     lines = ["# Streaming parser: cost per token as the turn grows", "",
              f"Command: `python benchmarks/bench_stream.py`. Machine: {platform.machine()}, {platform.system()}. "
              f"A Hermes (Qwen3 vocabulary) turn of N reasoning tokens then one call, fed one token at a time; "
-             f"times are of the feeds of the last {WINDOW} reasoning tokens. Both parsers sent the same deltas.", "",
-             "| reasoning tokens | incremental p50 | incremental max | re-read everything p50 | re-read max |",
-             "|---|---|---|---|---|"]
-    for n, fm, fx, sm, sx in rows:
-        lines.append(f"| {n:,} | {fm * 1e6:.1f} µs | {fx * 1e6:.0f} µs | {sm * 1e6:.0f} µs | {sx * 1e6:.0f} µs |")
+             f"times are of the feeds of the last {WINDOW} reasoning tokens. Both parsers sent the same deltas.", ""]
+    lines += table("reasoning tokens", rows)
     lines += ["", "One call whose JSON arguments hold N tokens of code in a string; times of the feeds of the "
-              f"last {WINDOW} argument tokens.", "",
-              "| argument tokens | incremental p50 | incremental max | re-read everything p50 | re-read max |",
-              "|---|---|---|---|---|"]
-    for n, fm, fx, sm, sx in call_rows:
-        lines.append(f"| {n:,} | {fm * 1e6:.1f} µs | {fx * 1e6:.0f} µs | {sm * 1e6:.0f} µs | {sx * 1e6:.0f} µs |")
+              f"last {WINDOW} argument tokens.", ""]
+    lines += table("argument tokens", call_rows)
+    lines += ["", "The same call in qwen3_coder's XML parameters: N tokens of code as the text parameter's value "
+              f"(sent whole once it closes); times of the feeds of the last {WINDOW} value tokens.", ""]
+    lines += table("value tokens", xml_rows)
     (ROOT / "benchmarks" / "RESULTS_STREAM.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

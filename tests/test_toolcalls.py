@@ -457,24 +457,62 @@ def test_free_text_stream_splits_reasoning_at_any_chunking(family):
         assert got == [{"reasoning_content": "\nthinking it over \n"}, {"content": "\n\nthe answer "}]
 
 
-def test_long_arguments_stream_without_rereading():
-    """A call whose JSON arguments run long: the deltas equal the reference reading, and the
-    arguments' tokens are sent as they come without re-reading the output (flat per token)."""
+WRITE_FILE = [{"type": "function", "function": {"name": "write_file", "parameters": {
+    "type": "object", "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+    "required": ["path", "text"]}}}]
+
+
+def streamed_both_ways(g, ids):
+    """``ids`` (a valid turn) through the incremental stream parser and the reference one: the
+    incremental parser and its deltas, after checking the two sent the same."""
     from engine.tools import StreamParser
 
-    tok = load_tokenizer("qwen3")
-    tools = [{"type": "function", "function": {"name": "write_file", "parameters": {
-        "type": "object", "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
-        "required": ["path", "text"]}}}]
-    g = compile_tools(tok, tools, format="hermes")
-    body = "def f(x):\\n    return {\\\"a\\\": [x, 2]}  # \\\"quoted\\\" braces } ] and more\\n" * 40
-    text = ('<tool_call>\n{"name": "write_file", "arguments": {"path": "a.py", "text": "' + body + '"}}\n</tool_call>')
-    ids = tok.encode(text, add_special_tokens=False)
     state = g.walk(ids, 10_000)
     assert state is not None and g.is_final(state), "the text is a valid call"
     fast, slow = g.stream_parser(), StreamParser(g.parser(), incremental=False)
     got = [d for t in ids for d in fast.feed([t])]
     want = [d for t in ids for d in slow.feed([t])]
     assert _masked(got) == _masked(want)
+    return fast, got
+
+
+def test_long_arguments_stream_without_rereading():
+    """A call whose JSON arguments run long: the deltas equal the reference reading, and the
+    arguments' tokens are sent as they come without re-reading the output (flat per token)."""
+    tok = load_tokenizer("qwen3")
+    g = compile_tools(tok, WRITE_FILE, format="hermes")
+    body = "def f(x):\\n    return {\\\"a\\\": [x, 2]}  # \\\"quoted\\\" braces } ] and more\\n" * 40
+    text = ('<tool_call>\n{"name": "write_file", "arguments": {"path": "a.py", "text": "' + body + '"}}\n</tool_call>')
+    ids = tok.encode(text, add_special_tokens=False)
+    fast, got = streamed_both_ways(g, ids)
     assert json.loads(accumulate_deltas(got)["tool_calls"][0]["function"]["arguments"])["text"].count("quoted") == 40
     assert fast.rereads < len(ids) // 20, (fast.rereads, len(ids))
+
+
+XML_CALLS = {  # a write_file call whose text parameter is BODY, in each XML-parameter format
+    "qwen3_coder": "<tool_call>\n<function=write_file>\n<parameter=path>\na.py\n</parameter>\n"
+                   "<parameter=text>\n{body}\n</parameter>\n</function>\n</tool_call>",
+    "glm47": "<tool_call>write_file<arg_key>path</arg_key><arg_value>a.py</arg_value>"
+             "<arg_key>text</arg_key><arg_value>{body}</arg_value></tool_call>",
+    "glm45": "<tool_call>write_file\n<arg_key>path</arg_key>\n<arg_value>a.py</arg_value>\n"
+             "<arg_key>text</arg_key>\n<arg_value>{body}</arg_value>\n</tool_call>",
+}
+
+
+@pytest.mark.parametrize("family", sorted(XML_CALLS))
+def test_long_xml_parameter_values_stream_without_rereading(family):
+    """A call whose XML parameter value runs long (qwen3_coder, GLM): the deltas equal the
+    reference reading, and the value's tokens are read without re-reading the output; a value
+    holding the closer's first character ('<' in qwen3_coder) is re-read from there, still exact."""
+    tok = load_tokenizer(TOKENIZER_OF[family])
+    g = compile_tools(tok, WRITE_FILE, format=family)
+    plain = "def f(x):\n    return {'a': [x, 2]}  # braces } ] and \"quotes\"\n" * 40
+    for body, flat in ((plain, True), ("if a <b: pass\n" + plain, family != "qwen3_coder")):
+        ids = tok.encode(XML_CALLS[family].format(body=body.strip()), add_special_tokens=False)
+        fast, got = streamed_both_ways(g, ids)
+        arguments = json.loads(accumulate_deltas(got)["tool_calls"][0]["function"]["arguments"])
+        assert arguments == {"path": "a.py", "text": body.strip()}
+        if flat:
+            assert fast.rereads < len(ids) // 20, (fast.rereads, len(ids))
+        else:
+            assert fast.rereads > len(ids) // 2, (fast.rereads, len(ids))

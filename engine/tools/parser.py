@@ -66,6 +66,16 @@ class Parser:
              for key, (value, raw) in c.values.items()}
             for c in calls
         ]
+        # for streaming XML parameters: each call's parameter openings (the text before a value),
+        # and the first non-blank character of the fixed text closing a value: a parameter
+        # completes only once that character comes after its value begins
+        param = fmt.rules.get("parameter")
+        self.value_stop = self._closer(param, "PARAM_VALUE").strip()[:1] if param is not None else ""
+        self.value_openers = [
+            regex.compile(py_regex("|".join(f"(?:{self._parameter_regex(key, None)})" for key in c.values)),
+                          regex.DOTALL) if c.values and self.value_stop else None
+            for c in calls
+        ]
         reasoning = fmt.rules.get("reasoning")
         self.reasoning_closer = self._closer(reasoning) if reasoning is not None else ""
         # free text whose end can only be a special token (so a streamed token without one extends it)
@@ -89,19 +99,25 @@ class Parser:
             items = items[:next(k for k, it in enumerate(items) if it in (("hole", "ARGUMENTS"), ("hole", "PARAMETERS")))]
         return render(self.fmt, ("seq", items), fill)
 
-    def _parameter_regex(self, key: str, value: str) -> str:
+    def _parameter_regex(self, key: str, value: str | None) -> str:
+        """Parameter ``key`` with a value matching ``value``; None: only the text before its value."""
+        node = self.fmt.rules["parameter"]
+        if value is None:
+            items = node[1] if node[0] == "seq" else [node]
+            node = ("seq", items[:items.index(("hole", "PARAM_VALUE"))])
+
         def fill(n):
             got = self.fill_symbols(n)
             if got is not None or n[0] != "hole":
                 return got
             return regex.escape(key) if n[1] == "PARAM_KEY" else f"(?P<PARAM_VALUE>{value})"
 
-        return render(self.fmt, self.fmt.rules["parameter"], fill)
+        return render(self.fmt, node, fill)
 
-    def _closer(self, node) -> str:
-        """The fixed text after the free text of ``node`` (appended to test whether we are inside it)."""
+    def _closer(self, node, hole: str = "TEXT") -> str:
+        """The fixed text after the last ``hole`` of ``node`` (appended to test whether we are inside it)."""
         items = node[1] if node[0] == "seq" else [node]
-        texts = [k for k, it in enumerate(items) if it == ("hole", "TEXT")]
+        texts = [k for k, it in enumerate(items) if it == ("hole", hole)]
         out = []
         for it in items[texts[-1] + 1:] if texts else []:
             if it[0] == "lit":
@@ -169,15 +185,15 @@ class Parser:
             if gd.get("ARGUMENTS") is not None:
                 text_args = gd["ARGUMENTS"]
             else:
-                text_args = self._parameters(ti, gd.get("PARAMETERS") or "")
+                text_args = self._parameters(ti, gd.get("PARAMETERS") or "")[0]
             errors += schema_errors(tool.name, tool.parameters, json.loads(text_args))
             return {"id": call_id(tool.name, gd), "type": "function",
                     "function": {"name": tool.name, "arguments": text_args}}
         raise GenerationError(f"not a call to an offered tool: {self.plain(text)[:300]!r}")
 
-    def _parameters(self, ti: int, text: str, partial: bool = False) -> str:
-        """XML parameters as JSON object text: raw strings quoted, other values as written.
-        ``partial``: the parameters complete so far, without the closing brace."""
+    def _parameters(self, ti: int, text: str, partial: bool = False) -> tuple[str, int]:
+        """XML parameters as JSON object text: raw strings quoted, other values as written; and
+        where the complete ones end. ``partial``: those complete so far, without the closing brace."""
         out, pos = {}, 0
         while pos < len(text):
             for key, (pattern, raw) in self.params[ti].items():
@@ -193,12 +209,13 @@ class Parser:
                 raise GenerationError(f"cannot read the parameters at {self.plain(text[pos:])[:200]!r}")
         body = ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {v}" for k, v in out.items())
         if partial:
-            return "{" + body if body else ""
-        return "{" + body + "}"
+            return ("{" + body if body else ""), pos
+        return "{" + body + "}", pos
 
-    def open_call(self, text: str) -> tuple[int, dict, str] | None:
-        """An unfinished call at the start of ``text``: (tool index, head groups, arguments so far),
-        once its tool is certain; None before that."""
+    def open_call(self, text: str) -> tuple[int, dict, str, bool] | None:
+        """An unfinished call at the start of ``text``: (tool index, head groups, arguments so far,
+        whether the text ends inside an XML parameter's value that no token without
+        ``value_stop`` or a special token can complete), once its tool is certain; None before that."""
         found = [(ti, m) for ti, pattern in enumerate(self.patterns)
                  if (m := pattern.fullmatch(text, partial=True)) is not None]
         if len(found) != 1:
@@ -208,12 +225,16 @@ class Parser:
             return None  # a longer name may still follow
         head = self.heads[ti].match(text)
         if head is None:
-            return ti, m.groupdict(), ""
+            return ti, m.groupdict(), "", False
         rest = text[head.end():]
         if self.arguments[ti] is None:
-            return ti, head.groupdict(), self._parameters(ti, rest, partial=True)
+            arguments, end = self._parameters(ti, rest, partial=True)
+            opener = self.value_openers[ti].match(rest, end) if self.value_openers[ti] is not None else None
+            inside = opener is not None and self.value_stop not in rest[opener.end():] \
+                and not self.has_symbol(rest[opener.end():])
+            return ti, head.groupdict(), arguments, inside
         am = self.arguments[ti].match(rest, partial=True)
-        return ti, head.groupdict(), rest[:am.end()] if am is not None else ""
+        return ti, head.groupdict(), rest[:am.end()] if am is not None else "", False
 
 
 def _starts_with_symbol(fmt: Format, node: Any) -> bool:

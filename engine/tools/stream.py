@@ -5,9 +5,10 @@ inside free text (reasoning or content) whose end can only be a special token, t
 special token in them just extend that text: no regex runs, so the cost per token stays flat
 however long the reasoning grows. Likewise inside a call's JSON arguments: a token that leaves the
 arguments' object open is sent as an arguments fragment as it is (a small scanner keeps the
-object's depth). Anything else (a special token, the arguments closing, a format whose calls
-begin with ordinary text) re-reads the output with the parser's regexes, which are the reference:
-``incremental=False`` always takes that path.
+object's depth); inside an XML parameter's value (qwen3_coder, GLM), a token that cannot close it
+changes nothing to send, as a parameter is sent whole once closed. Anything else (a special
+token, the arguments closing, a format whose calls begin with ordinary text) re-reads the output
+with the parser's regexes, which are the reference: ``incremental=False`` always takes that path.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class StreamParser:
         self._backlog = ""  # text decoded while waiting for the rest of a character, not yet read
         self.rereads = 0  # feeds that re-read the whole output (the rest only extended free text)
         self._args: _JsonDepth | None = None  # inside the open call's JSON arguments, all sent
+        self._value = False  # inside an XML parameter's value: nothing to send until it closes
 
     def _append(self, token_ids: list[int]) -> str:
         """Decode ``token_ids`` onto the text; returns what they added."""
@@ -69,6 +71,8 @@ class StreamParser:
                 index = len(self.calls) - 1
                 self.calls[index]["arguments"] += new
                 return [{"tool_calls": [{"index": index, "function": {"arguments": new}}]}]
+            if self._value and self.p.value_stop not in new:
+                return []  # the value grows; its parameter is sent whole once it closes
         return self._reread()
 
     def _extend(self, role: str, new: str) -> list[dict]:
@@ -88,6 +92,7 @@ class StreamParser:
         text = self.text
         self._region = None
         self._args = None
+        self._value = False
         self.rereads += 1
         m = self.p.top.fullmatch(text, partial=True)
         if m is None:
@@ -128,7 +133,7 @@ class StreamParser:
         if pm is not None and pm.partial:
             found = self.p.open_call(text[pm.start():])
             if found is not None:
-                ti, groups, arguments = found
+                ti, groups, arguments, self._value = found
                 name = self.p.calls[ti].tool.name
                 deltas += self._send(self.closed, call_id(name, groups), name, arguments)
                 if self.p.arguments[ti] is not None and text.endswith(arguments) and arguments.lstrip().startswith("{"):
