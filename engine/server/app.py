@@ -60,15 +60,22 @@ def _setup(tokenizer: Any, plan: Plan) -> tuple[Any, list[int], Any]:
     return grammar, ids, matcher
 
 
+def _job(tokenizer: Any, plan: Plan, setup: tuple, on_token: Any, on_end: Any, key: int | None = None) -> Job:
+    """The scheduler's job for ``plan`` compiled by ``_setup``: its prompt, processor, sampler and
+    end tokens, with these callbacks."""
+    grammar, ids, matcher = setup
+    eos = list((grammar.vocab if grammar is not None else build_vocab(tokenizer)).eos_ids)
+    return Job(ids, plan.max_tokens, sampler(plan.temperature, plan.top_p, plan.seed),
+               [matcher] if matcher is not None else [], eos, on_token, on_end,
+               matcher.complete_at if matcher is not None else None, key=key)
+
+
 def mirror_job(tokenizer: Any, spec: dict) -> Job:
     """On a rank other than 0: the job rank 0 announced with ``spec`` (the request's body and the
     seed rank 0 drew): the same prompt, processor, sampler and end tokens; no callbacks."""
     plan = read_request(spec["body"])
     plan.seed = spec["seed"]
-    grammar, ids, matcher = _setup(tokenizer, plan)
-    eos = list(grammar.vocab.eos_ids if grammar is not None else build_vocab(tokenizer).eos_ids)
-    return Job(ids, plan.max_tokens, sampler(plan.temperature, plan.top_p, plan.seed),
-               [matcher] if matcher is not None else [], eos, lambda token: False, lambda reason, error: None)
+    return _job(tokenizer, plan, _setup(tokenizer, plan), lambda token: False, lambda reason, error: None)
 
 
 class _Output:
@@ -159,12 +166,8 @@ def create_app(model: Any, tokenizer: Any, model_id: str, *, max_active: int = M
                 raise _engine_error(e, plan) from None
             except jinja2.TemplateError as e:  # the model's chat template refused the conversation
                 raise ApiError(f"the chat template cannot render these messages: {e}", "messages") from None
-            loop = asyncio.get_running_loop()
-            out = _Output(loop, vocab, plan.stop)
-            eos = list(grammar.vocab.eos_ids if grammar is not None else vocab.eos_ids)
-            job = Job(ids, plan.max_tokens, sampler(plan.temperature, plan.top_p, plan.seed),
-                      [matcher] if matcher is not None else [], eos, out.on_token, out.on_end,
-                      matcher.complete_at if matcher is not None else None, key=key)
+            out = _Output(asyncio.get_running_loop(), vocab, plan.stop)
+            job = _job(tokenizer, plan, (grammar, ids, matcher), out.on_token, out.on_end, key)
             try:
                 scheduler.submit(job)
                 submitted = True

@@ -186,10 +186,7 @@ class Scheduler:
             if self._stopped:
                 break
             if new:
-                uids = gen.insert([j.ids for j in new], max_tokens=[j.max_tokens for j in new],
-                                  samplers=[j.sampler for j in new], logits_processors=[j.processors for j in new],
-                                  stop_sequences=[_mlx_generate.StopSequences([[t] for t in j.eos]) for j in new])
-                active.update(zip(uids, new))
+                active.update(zip(_insert(gen, new), new))
             if not step:
                 continue
             try:
@@ -254,9 +251,7 @@ def follow(model: Any, group: Any, mirror: Callable[[Any], Job], *, max_active: 
                 for job, (_, ids) in zip(jobs, inserts):
                     job.ids = ids  # rank 0's prompt, token for token
                     job.processors = [_guarded(job, p) for p in job.processors]
-                gen.insert([j.ids for j in jobs], max_tokens=[j.max_tokens for j in jobs],
-                           samplers=[j.sampler for j in jobs], logits_processors=[j.processors for j in jobs],
-                           stop_sequences=[_mlx_generate.StopSequences([[t] for t in j.eos]) for j in jobs])
+                _insert(gen, jobs)
             if step:
                 gen.next_generated()
     gen.close()
@@ -267,6 +262,13 @@ def _batch(model: Any, max_active: int) -> Any:
     every rank orders its messages and the model's own collectives alike."""
     return _mlx_generate.BatchGenerator(model, completion_batch_size=max_active,
                                         stream=mx.default_stream(mx.default_device()))
+
+
+def _insert(gen: Any, jobs: list[Job]) -> list[int]:
+    """``jobs`` into the batch, each with its sampler, processors and end tokens; their uids."""
+    return gen.insert([j.ids for j in jobs], max_tokens=[j.max_tokens for j in jobs],
+                      samplers=[j.sampler for j in jobs], logits_processors=[j.processors for j in jobs],
+                      stop_sequences=[_mlx_generate.StopSequences([[t] for t in j.eos]) for j in jobs])
 
 
 def _share(message: Any, group: Any) -> Any:
