@@ -29,6 +29,9 @@ WORKER = Path(__file__).resolve().parent / "distributed_worker.py"
 # greedy by default (the server's checks add one seeded sampled stream); two seeds more with
 # --full (two processes on loopback run about ten tokens a second on this two-core machine)
 SAMPLINGS = scale(1, 3)
+# the pipeline server is checked for equal answers by default; refusals, batching and a killed
+# rank run on the tensor-parallel one only, on both with --full
+OTHER_KINDS = ["tensor", "pipeline"][:scale(1, 2)]
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +173,7 @@ def sharded(request, tmp_path_factory):
         log.close()
 
 
+@pytest.mark.parametrize("sharded", OTHER_KINDS, indirect=True)
 def test_sharded_server_refuses_bad_requests_before_any_rank_starts(sharded):
     """Refusals (the request, the schema, the tools, the budget) come before rank 1 is asked to
     run anything, so neither rank is left waiting: the next request is served as usual."""
@@ -199,6 +203,7 @@ def test_sharded_server_answers_as_one_process_does(sharded):
     assert any(a["calls"] for a in got) and any(a["finish"] == "tool_calls" for a in got)
 
 
+@pytest.mark.parametrize("sharded", OTHER_KINDS, indirect=True)
 def test_sharded_server_batches_concurrent_requests(sharded):
     """Six requests at once, each with a tool only it offers: each gets its own calls, valid."""
     _, _, url, _ = sharded
@@ -222,6 +227,7 @@ def test_sharded_server_batches_concurrent_requests(sharded):
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds rank 1's process through /proc")
+@pytest.mark.parametrize("sharded", OTHER_KINDS, indirect=True)
 def test_a_killed_rank_is_answered_to_in_flight_clients(sharded):
     """Rank 1 killed mid-stream: the client's stream ends within seconds with an error event that
     says a rank was lost (rank 0 sees the ring fail, or mlx.launch stops it first), and the launch

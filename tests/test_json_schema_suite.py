@@ -69,3 +69,5 @@ def test_suite_no_invalid_instance_is_accepted():
     assert accepted_invalid == []
     assert unnamed == []
     assert tally["groups"] > 300 and walked > 20
+    # llguidance 1.9.1 passes 877 of these tests (benchmarks/RESULTS_SUITE.md, bench_suite.py)
+    assert tally["passed"] > 877, tally

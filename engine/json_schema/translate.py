@@ -72,10 +72,14 @@ NUMBER = INTEGER + FRACTION + EXPONENT
 BOOLEAN = r"(?:true|false)"
 NULL = r"null"
 
+# a calendar date, years 0001-9999 (Python's date refuses year 0), February 29th in leap years
+DATE = (r"(?:(?:[1-9][0-9]{3}|0(?:[1-9][0-9]{2}|0(?:[1-9][0-9]|0[1-9])))-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
+        r"|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+        r"|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][48]|[13579][26]|[2468]0)00)-02-29)")
 STRING_FORMATS = {
-    "date": r'"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"',
+    "date": f'"{DATE}"',
     "time": r'"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"',
-    "date-time": r'"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])[T ](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"',
+    "date-time": f'"{DATE}[T ]' r'(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"',
     "uuid": r'"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"',
     "ipv4": r'"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"',
     "email": r'"[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){1,4}"',
@@ -83,6 +87,37 @@ STRING_FORMATS = {
     "uri": r'"[A-Za-z][A-Za-z0-9+.-]{0,15}:[A-Za-z0-9\-._~:/?#\[\]@!$&\x27()*+,;=%]{1,200}"',
     "byte": r'"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"',  # OpenAPI: base64
 }
+
+
+def _more_formats() -> dict[str, str]:
+    """Formats written as a subset of what they name: ASCII IRIs and hostnames, URI references
+    without percent-escapes, regexes without metacharacters (always valid, if plain)."""
+    h = "[0-9a-fA-F]{1,4}"
+    ipv6 = "|".join([f"(?:{h}:){{7}}{h}", f"(?:{h}:){{1,7}}:", f"(?:{h}:){{1,6}}:{h}"]
+                    + [f"(?:{h}:){{1,{k}}}(?::{h}){{1,{7 - k}}}" for k in range(1, 6)]
+                    + [f":(?:(?::{h}){{1,7}}|:)"])
+    sec, day = "[0-9]+S", "[0-9]+D"
+    minute = f"[0-9]+M(?:{sec})?"
+    time = f"T(?:[0-9]+H(?:{minute})?|{minute}|{sec})"
+    month = f"[0-9]+M(?:{day})?"
+    duration = f"P(?:(?:{day}|{month}|[0-9]+Y(?:{month})?)(?:{time})?|{time}|[0-9]+W)"
+    pointer = f"(?:/(?:[^\"\\\\~/\\x00-\\x1F{SPECIAL_CLASS}]|~[01])*)*"
+    part = "[A-Za-z0-9\\-._~!$&\x27()*+,;=@:/?]*"
+    relative = f"(?:/?[A-Za-z0-9\\-._~!$&\x27()*+,;=@]+(?:/[A-Za-z0-9\\-._~!$&\x27()*+,;=@:]*)*)?(?:\\?{part})?(?:#{part})?"
+    uri = STRING_FORMATS["uri"][1:-1]
+    var = "[A-Za-z0-9_]+(?:\\*|:[1-9][0-9]{0,3})?"
+    label = "[A-Za-z0-9](?:-?[A-Za-z0-9]){0,30}"
+    return {
+        "ipv6": f'"(?:{ipv6})"', "duration": f'"{duration}"', "json-pointer": f'"{pointer}"',
+        "relative-json-pointer": f'"(?:0|[1-9][0-9]*)(?:#|{pointer})"', "uri-reference": f'"(?:{uri}|{relative})"',
+        "iri": STRING_FORMATS["uri"], "iri-reference": f'"(?:{uri}|{relative})"',
+        "uri-template": f'"(?:[A-Za-z0-9\\-._~:/?#\\[\\]@!$&\x27()*+,;=]|\\{{[+#./;?&]?{var}(?:,{var})*\\}})*"',
+        "idn-email": STRING_FORMATS["email"], "idn-hostname": f'"{label}(?:\\.{label}){{0,8}}"',
+        "host-name": STRING_FORMATS["hostname"], "ip-address": STRING_FORMATS["ipv4"], "regex": '"[A-Za-z0-9 _]*"',
+    }
+
+
+STRING_FORMATS.update(_more_formats())
 # Formats a validator may assert (JSON Schema's, earlier drafts', OpenAPI's); any other name is
 # an annotation: validators ignore it, so any string is valid.
 ASSERTED_FORMATS = set(STRING_FORMATS) | {"host-name", "ip-address", "color", "utc-millisec",
@@ -90,6 +125,11 @@ ASSERTED_FORMATS = set(STRING_FORMATS) | {"host-name", "ip-address", "color", "u
     "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template", "json-pointer",
     "relative-json-pointer", "regex", "int32", "int64", "float", "double", "byte"}
 
+CONDITIONS = {"if", "then", "else", "dependentSchemas"}
+# a number bound and the bound of the numbers it leaves out
+COMPLEMENTS = {"minimum": "exclusiveMaximum", "exclusiveMinimum": "maximum", "maximum": "exclusiveMinimum",
+               "exclusiveMaximum": "minimum"}
+MAX_CONDITIONS = 4  # each doubles the schema (written as a choice)
 MAX_ENUM = 10_000  # an enum's values become one alternation in the regex
 MAX_EXPANSION = 4_000_000  # characters all $ref expansions may produce (an automaton takes 2 M at most)
 
@@ -183,8 +223,16 @@ class _Translator:
             return self.choice(s, p)
         if "not" in s:
             return self.value(self.fold_not(s, p), p)
-        for k in ("if", "then", "else", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems",
-                  "$dynamicRef", "$recursiveRef"):
+        if CONDITIONS & s.keys():
+            try:
+                return self.value(self.fold_conditions(s, p), p)
+            except SchemaError as e:
+                if isinstance(e, Unsatisfiable) or e.keyword != "not":
+                    raise
+                kw = "if" if "if" in s else "dependentSchemas"
+                raise SchemaError(f"its condition's negation cannot be expressed by the token mask ({e})",
+                                  pointer=p, keyword=kw) from None
+        for k in ("unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"):
             if k in s:
                 self.skip(p, k, "this keyword cannot be expressed by the token mask")
         if "const" in s:
@@ -195,13 +243,24 @@ class _Translator:
             if len(s["enum"]) > MAX_ENUM:
                 raise SchemaError(f"{len(s['enum'])} values; at most {MAX_ENUM} are supported", pointer=p, keyword="enum")
             return self.literal(s["enum"], s, p, "enum")
-        return alternation([self.typed(t, s, p) for t in self.types(s, p)])
+        # keywords of one type leave values of the others free (an untyped {"minLength": 2} takes
+        # 12 too); those are written shallow, as a subset, so untyped schemas stay small
+        untyped = "type" not in s and any(kws & s.keys() for kws in TYPE_KEYWORDS.values())
+        parts, unsatisfiable = [], None
+        for t in self.types(s, p):
+            try:
+                parts.append(self.free_value(t, p) if untyped and not TYPE_KEYWORDS.get(t, set()) & s.keys()
+                             else self.typed(t, s, p))
+            except Unsatisfiable as e:  # no value of this type fits; the others still may
+                unsatisfiable = unsatisfiable or e
+        if not parts:
+            raise unsatisfiable
+        return alternation(parts)
 
     def types(self, s: dict, p: str) -> list[str]:
         t = s.get("type")
         if t is None:
-            implied = [name for name, kws in TYPE_KEYWORDS.items() if name != "integer" and kws & s.keys()]
-            return implied or ["object", "array", "string", "number", "boolean", "null"]
+            return ["object", "array", "string", "number", "boolean", "null"]
         ts = [t] if isinstance(t, str) else t
         if not isinstance(ts, list) or not ts or any(x not in ALL_TYPES for x in ts):
             raise SchemaError(f"unknown type {t!r}", pointer=p, keyword="type")
@@ -422,9 +481,36 @@ class _Translator:
                 outside = self.outside_lengths(n, p)
                 if outside is not None:
                     also.append(outside)
+            elif set(n) - {"type"} and set(n) <= {"type", *COMPLEMENTS} and n.get("type", "number") == "number" \
+                    and all(isinstance(n[k], (int, float)) and not isinstance(n[k], bool) for k in COMPLEMENTS if k in n):
+                # not (a and b) = not a or not b; an untyped bound passes every non-number
+                out = [{"type": [t for t in ALL_TYPES if t not in ("number", "integer")]}] if "type" in n else []
+                also.append({"anyOf": out + [{"type": "number", COMPLEMENTS[k]: n[k]} for k in COMPLEMENTS if k in n]})
             else:
                 self.skip(p, "not", "this 'not' cannot be expressed by the token mask")
         return {"allOf": [rest, *also]} if also else rest
+
+    def fold_conditions(self, s: dict, p: str) -> dict:
+        """if/then/else and dependentSchemas as choices: (if and then) or (not if and else), a
+        dependent schema being 'then' to 'the key is present'; then or else without if, and if
+        alone, ask nothing. Each condition doubles the schema, so a few at most."""
+        rest = {k: v for k, v in s.items() if k not in CONDITIONS}
+        conds = []
+        if "if" in s and ("then" in s or "else" in s):
+            conds.append((s["if"], s.get("then", True), s.get("else", True)))
+        deps = s.get("dependentSchemas", {})
+        if not isinstance(deps, dict):
+            raise SchemaError("dependentSchemas must be an object", pointer=p, keyword="dependentSchemas")
+        conds += [({"required": [name]}, dep, True) for name, dep in deps.items() if dep is not True]
+        if len(conds) > MAX_CONDITIONS:
+            self.skip(p, "if" if "if" in s else "dependentSchemas",
+                      f"more than {MAX_CONDITIONS} conditions (if, dependentSchemas) in one schema")
+            return rest
+        # the schema's own keywords come first in every branch, so its properties keep their order
+        prior: list = []
+        for cond, then, other in conds:
+            prior = [{"anyOf": [{"allOf": [rest, *prior, cond, then]}, {"allOf": [rest, *prior, {"not": cond}, other]}]}]
+        return prior[0] if prior else rest
 
     def outside_lengths(self, n: dict, p: str) -> dict | None:
         """``not`` of a string length range: the strings outside it, and every other type when
@@ -515,14 +601,14 @@ class _Translator:
             sub = {"allOf": [base, b]} if base else b
             try:
                 parts.append(self.value(sub, _ptr(p, kw, i)))
-            except _TooDeep:
+            except (_TooDeep, Unsatisfiable):  # a branch nothing satisfies just drops out
                 continue
             except SchemaError as e:
-                if e.keyword in ("false", "allOf"):  # an unsatisfiable branch just drops out
+                if e.keyword in ("false", "allOf"):
                     continue
                 raise
         if not parts:
-            raise SchemaError("no branch can be satisfied", pointer=p, keyword=kw)
+            raise Unsatisfiable("no branch can be satisfied", pointer=p, keyword=kw)
         if kw == "oneOf" and len(parts) > 1 and not self.disjoint(branches, p, base):
             exclusive = self.exclusive(base, branches, p)
             if exclusive is None:
@@ -664,13 +750,18 @@ class _Translator:
         types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
         if not types or not set(types) <= set(ALL_TYPES):
             return self.any_value(1, p)
-        free = {"string": self.string({}, p), "number": NUMBER, "integer": INTEGER, "boolean": BOOLEAN,
-                "null": NULL}
-        ws, inner = self.ws, self.any_value(0, p)
-        free["array"] = rf"\[{ws}(?:{inner}(?:{ws},{ws}{inner})*)?{ws}\]"
-        member = f'"{STRING_CHAR}*"{ws}:{ws}{inner}'
-        free["object"] = rf"\{{{ws}(?:{member}(?:{ws},{ws}{member})*)?{ws}\}}"
-        return alternation([free[t] for t in dict.fromkeys(types)])
+        return alternation([self.free_value(t, p) for t in dict.fromkeys(types)])
+
+    def free_value(self, t: str, p: str) -> str:
+        """Any value of type ``t``, an array's items and an object's values scalars (a subset)."""
+        if t in ("array", "object"):
+            ws, inner = self.ws, alternation([self.string({}, p), NUMBER, BOOLEAN, NULL])
+            if t == "array":
+                return rf"\[{ws}(?:{inner}(?:{ws},{ws}{inner})*)?{ws}\]"
+            member = f'"{STRING_CHAR}*"{ws}:{ws}{inner}'
+            return rf"\{{{ws}(?:{member}(?:{ws},{ws}{member})*)?{ws}\}}"
+        return {"string": self.string({}, p), "number": NUMBER, "integer": INTEGER, "boolean": BOOLEAN,
+                "null": NULL}[t]
 
     def any_value(self, depth: int, p: str) -> str:
         """Any JSON value, containers nesting ``depth`` deep; linked, one recursive definition."""
@@ -703,7 +794,7 @@ class _Translator:
     def repeat(self, s: dict, p: str, lo_kw: str, hi_kw: str, limit: int) -> tuple[int, int | None]:
         lo, hi = self.bound(s, p, lo_kw) or 0, self.bound(s, p, hi_kw)
         if hi is not None and lo > hi:
-            raise SchemaError(f"{lo_kw} {lo} exceeds {hi_kw} {hi}", pointer=p, keyword=hi_kw)
+            raise Unsatisfiable(f"{lo_kw} {lo} exceeds {hi_kw} {hi}", pointer=p, keyword=hi_kw)
         if lo > limit:
             raise SchemaError(f"{lo} is above the {limit} the mask can count to", pointer=p, keyword=lo_kw)
         if hi is not None and hi > limit:
@@ -747,7 +838,7 @@ class _Translator:
             return None
         lo = self.bound(s, p, "minLength") or 0
         if lo > hi:
-            raise SchemaError(f"minLength {lo} exceeds maxLength {hi}", pointer=p, keyword="maxLength")
+            raise Unsatisfiable(f"minLength {lo} exceeds maxLength {hi}", pointer=p, keyword="maxLength")
         if lo > 4 * self.o.max_length:  # the DFA still spells minLength: 16 states a character
             return None
         if hi - lo not in self.counters:  # loops with one limit share a marker
@@ -827,7 +918,7 @@ class _Translator:
             ilo = None if lo is None else (math.ceil(lo) if lo_incl or lo != int(lo) else int(lo) + 1)
             ihi = None if hi is None else (math.floor(hi) if hi_incl or hi != int(hi) else int(hi) - 1)
             if ilo is not None and ihi is not None and ilo > ihi:
-                raise SchemaError(f"no integer lies between {lo} and {hi}", pointer=p, keyword="maximum")
+                raise Unsatisfiable(f"no integer lies between {lo} and {hi}", pointer=p, keyword="maximum")
             return INTEGER if ilo is None and ihi is None else int_range(ilo, ihi)
         if lo is None and hi is None:
             return INTEGER + FRACTION + EXPONENT
@@ -841,7 +932,7 @@ class _Translator:
         out = number_range(rlo, lo_incl, rhi, hi_incl)
         if out is None:
             if lo is not None and hi is not None and (lo > hi or (lo == hi and not (lo_incl and hi_incl))):
-                raise SchemaError(f"minimum {lo} above maximum {hi}", pointer=p, keyword="maximum")
+                raise Unsatisfiable(f"minimum {lo} above maximum {hi}", pointer=p, keyword="maximum")
             self.skip(p, "maximum", f"no number with integer bounds lies in [{lo}, {hi}]")
             return NUMBER
         if decimals is not None:
@@ -930,7 +1021,7 @@ class _Translator:
         for name in required:
             if name not in props:
                 if extra is False:
-                    raise SchemaError(f"required {name!r} is not among the properties", pointer=p, keyword="required")
+                    raise Unsatisfiable(f"required {name!r} is not among the properties", pointer=p, keyword="required")
                 props[name] = extra  # a required undeclared key takes the additionalProperties schema
         for pattern, ps in (s.get("patternProperties") or {}).items():
             try:
@@ -949,7 +1040,7 @@ class _Translator:
             bad = [n for n in props if not _valid(n, s["propertyNames"], self.root)]
             for name in bad:
                 if name in required:
-                    raise SchemaError(f"required {name!r} breaks propertyNames", pointer=p, keyword="propertyNames")
+                    raise Unsatisfiable(f"required {name!r} breaks propertyNames", pointer=p, keyword="propertyNames")
                 del props[name]
             extra = False
         dependents = set(s.get("dependentRequired") or {}) | set(s.get("dependencies") or {})
@@ -1010,7 +1101,7 @@ class _Translator:
             members.append(member)
             req.append(name in required)
         if max_p is not None and max_p < sum(req):
-            raise SchemaError(f"maxProperties {max_p} is below the {sum(req)} required keys", pointer=p, keyword="maxProperties")
+            raise Unsatisfiable(f"maxProperties {max_p} is below the {sum(req)} required keys", pointer=p, keyword="maxProperties")
         if members and (min_p > sum(req) or (max_p is not None and max_p < len(members))):
             if min_p > len(members):
                 self.skip(p, "minProperties", f"fewer than {min_p} properties can be written")

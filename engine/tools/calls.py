@@ -84,6 +84,9 @@ def normalize_tools(tools: Any) -> list[Tool]:
         except jsonschema.SchemaError as e:
             raise SchemaError(f"parameters are not a valid JSON schema: {e.message}", tool=name,
                               pointer="#/" + "/".join(map(str, e.absolute_path)), keyword=str(e.validator)) from None
+        # arguments are an object (the call formats and OpenAI's API say so): an untyped schema
+        # would let other values through
+        params = params if "type" in params else {"type": "object", **params}
         out.append(Tool(name, params, str(f.get("description", ""))))
     return out
 
