@@ -70,7 +70,7 @@ def test_number_ranges_never_admit_outside_values(lo, hi, lo_ex, hi_ex, samples)
 @pytest.mark.parametrize("schema,keyword,pointer", [
     ({"type": "string", "not": {"pattern": "^a"}}, "not", "#"),
     ({"type": "object", "properties": {"a": {"type": "string", "format": "color"}}}, "format", "#/properties/a"),
-    ({"type": "array", "contains": {"type": "integer"}}, "contains", "#"),
+    ({"type": "array", "contains": {"type": "integer"}, "minItems": 2}, "contains", "#"),
     ({"type": "array", "uniqueItems": True, "minItems": 2}, "uniqueItems", "#"),
     ({"$ref": "#/$defs/missing"}, "$ref", "#"),
     ({"type": "integer", "minimum": 5, "maximum": 1}, "maximum", "#"),
@@ -89,7 +89,7 @@ def test_strict_refusals_name_keyword_and_pointer(schema, keyword, pointer):
 
 
 def test_lenient_lists_what_it_does_not_enforce():
-    t = schema_to_regex({"type": "array", "contains": True, "items": {"type": "integer", "multipleOf": 3}},
+    t = schema_to_regex({"type": "array", "contains": True, "minItems": 2, "items": {"type": "integer", "multipleOf": 3}},
                         strict=False)
     assert ("#", "contains") in t.unenforced
     assert ("#/items", "multipleOf") in t.unenforced
@@ -316,7 +316,9 @@ def test_lenient_writes_references_loosely_past_the_size_bound():
 
 
 KEYS = ["a", "b", "c"]
-VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=3), st.just([1]), st.just({}))
+# (text without private-use characters: the engine's symbols live there, and strings never hold them)
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 5),
+                   st.text(st.characters(blacklist_categories=("Cs", "Co")), max_size=3), st.just([1]), st.just({}))
 TYPES = ["object", "array", "string", "number", "integer", "boolean", "null"]
 
 
@@ -459,6 +461,89 @@ def test_conditions_and_untyped_keywords_agree_with_jsonschema(schema, data):
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         accepted = rx is not None and rx.fullmatch(text) is not None
         assert accepted == jsonschema.Draft202012Validator(schema).is_valid(value), (schema, text)
+
+
+ITEM = st.one_of(st.builds(lambda t: {"type": t}, st.sampled_from(["integer", "string", "null", ["integer", "null"]])),
+                 st.builds(lambda x: {"minimum": x}, st.integers(0, 3)), st.just(True), st.just(False))
+
+
+@st.composite
+def containing_schemas(draw):
+    schema = {"contains": draw(ITEM)}
+    if draw(st.booleans()):
+        schema["type"] = "array"
+    if draw(st.booleans()):
+        schema["items"] = draw(ITEM)
+    for kw in ("minContains", "maxContains"):
+        if draw(st.booleans()):
+            schema[kw] = draw(st.integers(0, 3))
+    return schema
+
+
+@settings(max_examples=scale(100, 400), deadline=None)
+@given(schema=containing_schemas(), data=st.data())
+def test_contains_agrees_with_jsonschema(schema, data):
+    """contains with minContains/maxContains (the other items written as 'items and not contains'
+    under maxContains) accepts exactly what jsonschema accepts on arrays of scalars and on other
+    values; a refusal names the keyword."""
+    try:
+        rx = re.compile(python_spelling(schema_to_regex(schema).regex), re.DOTALL)
+    except Unsatisfiable:
+        rx = None
+    except SchemaError as e:
+        assert e.keyword in ("maxContains", "not"), e
+        return
+    for _ in range(12):
+        value = data.draw(st.lists(st.sampled_from([0, 1, 2, 5, None, "x", True]), max_size=5) | VALUES)
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        accepted = rx is not None and rx.fullmatch(text) is not None
+        assert accepted == jsonschema.Draft202012Validator(schema).is_valid(value), (schema, text)
+
+
+@st.composite
+def unevaluated_schemas(draw):
+    """unevaluatedProperties/unevaluatedItems beside a schema's own keywords, or beside an allOf
+    (where the translator must refuse rather than read it as additionalProperties)."""
+    if draw(st.booleans()):
+        schema = {"properties": {k: {} for k in draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=2))},
+                  "unevaluatedProperties": draw(ITEM)}
+        if draw(st.booleans()):
+            schema["additionalProperties"] = draw(ITEM)
+    else:
+        schema = {"prefixItems": [draw(ITEM) for _ in range(draw(st.integers(0, 2)))], "unevaluatedItems": draw(ITEM)}
+    if draw(st.booleans()):
+        schema = {"allOf": [{"properties": {"c": {}}, "prefixItems": [True]}], **schema}
+    return schema
+
+
+@settings(max_examples=scale(100, 400), deadline=None)
+@given(schema=unevaluated_schemas(), data=st.data())
+def test_unevaluated_beside_own_keywords_agrees_with_jsonschema(schema, data):
+    """Beside a schema's own keywords only, unevaluatedProperties/Items mean what the properties or
+    items those keywords leave must be, and are written so: exact on objects over the keys (in
+    schema order), arrays of scalars and other values; beside an applicator they are refused."""
+    try:
+        rx = re.compile(python_spelling(schema_to_regex(schema).regex), re.DOTALL)
+    except Unsatisfiable:
+        rx = None
+    except SchemaError as e:
+        assert "allOf" in schema and e.keyword in ("unevaluatedProperties", "unevaluatedItems"), e
+        return
+    assert "allOf" not in schema, "unevaluated* beside allOf must be refused"
+    for _ in range(12):
+        keys = data.draw(st.lists(st.sampled_from(KEYS), unique=True))
+        value = data.draw(st.one_of(st.just({k: data.draw(VALUES) for k in KEYS if k in keys}),
+                                    st.lists(st.sampled_from([0, 1, 2, 5, None, "x", True]), max_size=4), VALUES))
+        if isinstance(value, dict):  # in schema order: the declared keys first
+            declared = list(schema.get("properties", {}))
+            value = {k: value[k] for k in sorted(value, key=lambda k: (k not in declared, declared.index(k) if k in declared else 0))}
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        accepted = rx is not None and rx.fullmatch(text) is not None
+        if accepted:
+            assert jsonschema.Draft202012Validator(schema).is_valid(value), (schema, text)
+        elif jsonschema.Draft202012Validator(schema).is_valid(value):
+            # the one narrowing: undeclared keys are not written (extra_keys=False)
+            assert isinstance(value, dict) and set(value) - set(schema.get("properties", {})), (schema, text)
 
 
 def test_dependent_keys_are_written_after_the_key_they_need():

@@ -945,8 +945,8 @@ class _Translator:
 
     def array(self, s: dict, p: str) -> str:
         ws = self.ws
-        if s.get("contains") is not None:
-            self.skip(p, "contains", "this keyword cannot be expressed by the token mask")
+        if "contains" in s:
+            return self.array_containing(s, p)
         lo, hi = self.repeat(s, p, "minItems", "maxItems", self.o.max_repeat)
         if s.get("uniqueItems") is True and (hi is None or hi > 1):
             if lo > 1:
@@ -996,6 +996,50 @@ class _Translator:
         first = (head[0] if head else tail) + rest(1)
         body = first if lo > 0 else f"(?:{first})?"
         return rf"\[{ws}{body}{ws}\]"
+
+    def array_containing(self, s: dict, p: str) -> str:
+        """Arrays with minContains (default 1) to maxContains items that match ``contains``, every
+        item matching ``items``; under maxContains the other items are written as 'items and not
+        contains'. Beside prefixItems, item counts or uniqueItems, contains is not enforced."""
+        rest = {k: v for k, v in s.items() if k not in ("contains", "minContains", "maxContains")}
+        lo, hi = self.bound(s, p, "minContains"), self.bound(s, p, "maxContains")
+        lo = 1 if lo is None else lo
+        if lo == 0 and hi is None:
+            return self.array(rest, p)  # always satisfied
+        beside = [k for k in ("prefixItems", "minItems", "maxItems", "additionalItems") if k in s]
+        if beside or s.get("uniqueItems") is True or isinstance(s.get("items"), list):
+            self.skip(p, "contains", f"contains beside {(beside or ['uniqueItems/items'])[0]} is not enforced")
+            return self.array(rest, p)
+        if hi is not None and lo > hi:
+            raise Unsatisfiable(f"minContains {lo} exceeds maxContains {hi}", pointer=p, keyword="maxContains")
+        if max(lo, hi or 0) > self.o.max_repeat:
+            self.skip(p, "minContains", f"counts above {self.o.max_repeat} are not enforced")
+            return self.array(rest, p)
+        items, at = s.get("items", True), _ptr(p, "contains")
+        try:
+            match = self.value({"allOf": [items, s["contains"]]} if items is not True else s["contains"], at)
+        except Unsatisfiable:
+            if lo > 0:
+                raise
+            match = None  # no item can match: arrays of the other items only
+        try:
+            other = self.value(items if hi is None else {"allOf": [items, {"not": s["contains"]}]}, at)
+        except Unsatisfiable:
+            other = None
+        except SchemaError as e:
+            if e.keyword != "not":
+                raise
+            raise SchemaError(f"maxContains needs the items that do not match contains, and {e}", pointer=p,
+                              keyword="maxContains") from None
+        ws, sep = self.ws, f"{self.ws},{self.ws}"
+        none = "" if other is None else f"(?:{other}(?:{sep}{other})*)?"  # no matching item
+        if hi == 0 or match is None:
+            return rf"\[{ws}{none}{ws}\]"
+        before, between, after = ("", "", "") if other is None else \
+            (f"(?:{other}{sep})*", f"(?:{other}{sep})*", f"(?:{sep}{other})*")
+        count = f"{{{max(lo - 1, 0)},{'' if hi is None else hi - 1}}}"
+        some = f"{before}{match}(?:{sep}{between}{match}){count}{after}"
+        return rf"\[{ws}{some if lo > 0 else f'(?:{some}|{none})'}{ws}\]"
 
     def member(self, name: str, ps: Any, p: str) -> str:
         """One ``"name": value`` of the object at ``p``. Linking, a long value is a definition of
@@ -1299,6 +1343,44 @@ class Unsatisfiable(SchemaError):
     """No JSON value satisfies the schema at this place (a parent may drop the place instead)."""
 
 
+# keywords through which other schemas evaluate an instance's properties or items in place
+IN_PLACE = {"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref", "$dynamicRef", "$recursiveRef",
+            "dependentSchemas", "dependencies"}
+# where a schema document holds data, not schemas
+DATA_KEYWORDS = {"const", "enum", "default", "examples", "example"}
+
+
+# keywords whose value maps names to schemas (the map itself is not a schema)
+SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"}
+
+
+def _local_unevaluated(node: Any) -> Any:
+    """The document with each unevaluatedProperties/unevaluatedItems that no in-place applicator
+    sits beside written as additionalProperties/items (what it means there: the properties or
+    items the schema's own keywords leave); the others stay (and are refused)."""
+    if isinstance(node, list):
+        return [_local_unevaluated(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for k, v in node.items():
+        if k in DATA_KEYWORDS:
+            out[k] = v
+        elif k in SCHEMA_MAPS and isinstance(v, dict):
+            out[k] = {name: _local_unevaluated(x) for name, x in v.items()}
+        else:
+            out[k] = _local_unevaluated(v)
+    if IN_PLACE & out.keys():
+        return out
+    if "unevaluatedProperties" in out:
+        value = out.pop("unevaluatedProperties")
+        out.setdefault("additionalProperties", value)
+    if "unevaluatedItems" in out and "contains" not in out:
+        value = out.pop("unevaluatedItems")
+        out.setdefault("additionalItems" if isinstance(out.get("items"), list) else "items", value)
+    return out
+
+
 def _subschemas(node: Any):
     """Every object in a schema document (schemas and the maps holding them alike)."""
     stack = [node]
@@ -1406,6 +1488,7 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
             schema = json.loads(schema)
         except ValueError as e:
             raise SchemaError(f"schema is not valid JSON: {e}") from None
+    schema = _local_unevaluated(schema)
     # lenient mode writes references loosely once their expansion passes a budget, smaller on
     # each try until the regex fits ``max_chars`` (the last also nests free values one level only)
     if link:
