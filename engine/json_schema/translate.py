@@ -1348,8 +1348,6 @@ IN_PLACE = {"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref", "$dy
             "dependentSchemas", "dependencies"}
 # where a schema document holds data, not schemas
 DATA_KEYWORDS = {"const", "enum", "default", "examples", "example"}
-
-
 # keywords whose value maps names to schemas (the map itself is not a schema)
 SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"}
 
