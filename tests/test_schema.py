@@ -447,17 +447,25 @@ def test_conditions_and_untyped_keywords_agree_with_jsonschema(schema, data):
     is present, then), a `not` of number bounds, and untyped keywords that leave other types
     free: the regex accepts exactly what jsonschema accepts, on scalars, [1], {} and objects over
     the keys in schema order; a schema it refuses names the keyword."""
+    def value():
+        keys = data.draw(st.lists(st.sampled_from(KEYS), unique=True))
+        return ({k: data.draw(VALUES) for k in KEYS if k in keys} if data.draw(st.booleans())
+                else data.draw(VALUES | st.floats(-4, 4, allow_nan=False).map(_plain_number)))
+
+    _exactly_as_jsonschema(schema, (value() for _ in range(10)), ("if", "dependentSchemas", "not"))
+
+
+def _exactly_as_jsonschema(schema, values, refusals: tuple[str, ...]) -> None:
+    """The schema's regex accepts each of ``values`` (compact JSON) exactly when jsonschema does
+    (none when no value satisfies the schema); a refusal names one of ``refusals``."""
     try:
         rx = re.compile(python_spelling(schema_to_regex(schema).regex), re.DOTALL)
     except Unsatisfiable:
-        rx = None  # then no value may be valid
+        rx = None
     except SchemaError as e:
-        assert e.keyword in ("if", "dependentSchemas", "not"), e
+        assert e.keyword in refusals, e
         return
-    for _ in range(10):
-        keys = data.draw(st.lists(st.sampled_from(KEYS), unique=True))
-        value = ({k: data.draw(VALUES) for k in KEYS if k in keys} if data.draw(st.booleans())
-                 else data.draw(VALUES | st.floats(-4, 4, allow_nan=False).map(_plain_number)))
+    for value in values:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         accepted = rx is not None and rx.fullmatch(text) is not None
         assert accepted == jsonschema.Draft202012Validator(schema).is_valid(value), (schema, text)
@@ -486,18 +494,8 @@ def test_contains_agrees_with_jsonschema(schema, data):
     """contains with minContains/maxContains (the other items written as 'items and not contains'
     under maxContains) accepts exactly what jsonschema accepts on arrays of scalars and on other
     values; a refusal names the keyword."""
-    try:
-        rx = re.compile(python_spelling(schema_to_regex(schema).regex), re.DOTALL)
-    except Unsatisfiable:
-        rx = None
-    except SchemaError as e:
-        assert e.keyword in ("maxContains", "not"), e
-        return
-    for _ in range(12):
-        value = data.draw(st.lists(st.sampled_from([0, 1, 2, 5, None, "x", True]), max_size=5) | VALUES)
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-        accepted = rx is not None and rx.fullmatch(text) is not None
-        assert accepted == jsonschema.Draft202012Validator(schema).is_valid(value), (schema, text)
+    arrays = st.lists(st.sampled_from([0, 1, 2, 5, None, "x", True]), max_size=5)
+    _exactly_as_jsonschema(schema, (data.draw(arrays | VALUES) for _ in range(12)), ("maxContains", "not"))
 
 
 @st.composite

@@ -755,11 +755,7 @@ class _Translator:
     def free_value(self, t: str, p: str) -> str:
         """Any value of type ``t``, an array's items and an object's values scalars (a subset)."""
         if t in ("array", "object"):
-            ws, inner = self.ws, alternation([self.string({}, p), NUMBER, BOOLEAN, NULL])
-            if t == "array":
-                return rf"\[{ws}(?:{inner}(?:{ws},{ws}{inner})*)?{ws}\]"
-            member = f'"{STRING_CHAR}*"{ws}:{ws}{inner}'
-            return rf"\{{{ws}(?:{member}(?:{ws},{ws}{member})*)?{ws}\}}"
+            return self.container(t, alternation(self.scalars(p)))
         return {"string": self.string({}, p), "number": NUMBER, "integer": INTEGER, "boolean": BOOLEAN,
                 "null": NULL}[t]
 
@@ -768,18 +764,24 @@ class _Translator:
         if self.o.link:
             return self.linked('["any value"]', lambda: self.any_shape(self.any_value(depth, p), p), p)
         if depth <= 0:
-            return alternation([self.string({}, p), NUMBER, BOOLEAN, NULL])
+            return alternation(self.scalars(p))
         return self.any_shape(self.any_value(depth - 1, p), p)
 
     def any_shape(self, inner: str, p: str) -> str:
         """A scalar, or an array or object whose items and values are ``inner``."""
-        scalars = [self.string({}, p), NUMBER, BOOLEAN, NULL]
+        return alternation(self.scalars(p) + [self.container("array", inner), self.container("object", inner)])
+
+    def scalars(self, p: str) -> list[str]:
+        """Any string, any number, a boolean, null: the alternatives."""
+        return [self.string({}, p), NUMBER, BOOLEAN, NULL]
+
+    def container(self, t: str, inner: str) -> str:
+        """An array (``t``) whose items, or an object whose values, are ``inner``; any keys."""
         ws = self.ws
-        arr = rf"\[{ws}(?:{inner}(?:{ws},{ws}{inner})*)?{ws}\]"
-        key = '"' + STRING_CHAR + '*"'
-        member = f"{key}{ws}:{ws}{inner}"
-        obj = rf"\{{{ws}(?:{member}(?:{ws},{ws}{member})*)?{ws}\}}"
-        return alternation(scalars + [arr, obj])
+        if t == "array":
+            return rf"\[{ws}(?:{inner}(?:{ws},{ws}{inner})*)?{ws}\]"
+        member = f'"{STRING_CHAR}*"{ws}:{ws}{inner}'
+        return rf"\{{{ws}(?:{member}(?:{ws},{ws}{member})*)?{ws}\}}"
 
     # ---- scalars ----
 
