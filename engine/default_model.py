@@ -11,6 +11,7 @@ this module's. ``toolgate build-default-model`` re-runs the trainer.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -162,13 +163,18 @@ def probe_prompts(n: int, seed: int = 1) -> list[tuple[str, list[str]]]:
     return out
 
 
-def _render(messages: list[dict], tools: list | None) -> str:
-    """The template rendered as transformers renders it (the tokenizer does not exist yet)."""
+@functools.lru_cache(maxsize=1)
+def _template() -> Any:
+    """The chat template as transformers compiles it (the tokenizer does not exist yet)."""
     import jinja2
 
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = lambda x: json.dumps(x, ensure_ascii=False)
-    return env.from_string(CHAT_TEMPLATE).render(messages=messages, tools=tools, add_generation_prompt=False)
+    return env.from_string(CHAT_TEMPLATE)
+
+
+def _render(messages: list[dict], tools: list | None) -> str:
+    return _template().render(messages=messages, tools=tools, add_generation_prompt=False)
 
 
 def corpus(n: int, seed: int = 0) -> list[str]:

@@ -18,7 +18,7 @@ from .automata.compile import MAX_REGEX_CHARS
 from .caches import Cache
 from .constraint import walk
 from .errors import CompileError, SchemaError
-from .json_schema import WHITESPACE, schema_key, schema_to_regex
+from .json_schema import WHITESPACE, check_schema, schema_key, schema_to_regex
 from .matcher import Matcher
 from .vocabulary import Vocab, build_vocab
 
@@ -44,7 +44,7 @@ class Grammar:
         if self.counters:
             self._loops = counters.find_loops(self.automaton.trans, self.counters)
             self._counted = counters.tables(self.automaton.trans, self._loops)
-            self._longest = max(len(t or b"") for t in self.vocab.texts)
+            self._longest = self.vocab.longest
 
     @property
     def min_tokens(self) -> int:
@@ -233,7 +233,7 @@ def compile_json_schema(
     if found is not None:  # checked when it was compiled
         return found
     try:
-        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
+        check_schema(schema)
     except jsonschema.SchemaError as e:
         pointer = "#/" + "/".join(map(str, e.absolute_path))
         raise SchemaError(f"not a valid JSON schema: {e.message}", pointer=pointer, keyword=str(e.validator)) from None

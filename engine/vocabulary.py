@@ -127,6 +127,11 @@ class Vocab:
         return tuple(out)
 
     @cached_property
+    def longest(self) -> int:
+        """The most bytes one token's text holds."""
+        return max(len(t or b"") for t in self.texts)
+
+    @cached_property
     def byte_tokens(self) -> np.ndarray:
         """The token of each byte value on its own (its lowest id; -1 where the vocabulary has none)."""
         out = np.full(256, -1, dtype=np.int64)

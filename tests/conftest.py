@@ -1,4 +1,4 @@
-import atexit
+import hashlib
 import os
 import shutil
 import tarfile
@@ -29,18 +29,32 @@ def scale(light: int, full: int) -> int:
     return full if FULL else light
 DATA = FIXTURES / "data"
 FAMILIES = ["qwen3", "llama3", "gpt-oss", "kimi-k2", "glm4", "mistral"]
-_UNPACKED = Path(tempfile.mkdtemp(prefix="toolgate-tokenizers-"))
-atexit.register(shutil.rmtree, _UNPACKED, ignore_errors=True)
+# Unpacked once per machine (by archive hash) and shared by the test processes; a cache, as the
+# Hugging Face one is. Llama 3's tokenizer ships as tiktoken's file, which transformers converts on
+# every load (4 s); its converted tokenizer.json is written beside it once (the same vocabulary,
+# encodings and chat template), so later loads, models' included, read that instead.
+_UNPACKED = Path(tempfile.gettempdir()) / "toolgate-test-tokenizers"
+CONVERTED = {"llama3"}
 
 
 def tokenizer_dir(name: str) -> Path:
-    """The folder of a fixture tokenizer (unpacked from tests/fixtures once per process)."""
-    out = _UNPACKED / name
+    """The folder of a fixture tokenizer (unpacked from tests/fixtures on first use)."""
+    archive = FIXTURES / "tokenizers" / name / "files.tar.xz"
+    out = _UNPACKED / f"{name}-{hashlib.sha256(archive.read_bytes()).hexdigest()[:16]}"
     if not out.exists():
-        tmp = _UNPACKED / f".{name}.partial"
-        with tarfile.open(FIXTURES / "tokenizers" / name / "files.tar.xz") as tar:
+        _UNPACKED.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=_UNPACKED, prefix=f".{name}-"))
+        with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
-        tmp.rename(out)
+        if name in CONVERTED:
+            from transformers import AutoTokenizer
+
+            AutoTokenizer.from_pretrained(str(tmp)).backend_tokenizer.save(str(tmp / "tokenizer.json"))
+        tmp.chmod(0o755)
+        try:
+            tmp.rename(out)
+        except OSError:  # another test process unpacked it first
+            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

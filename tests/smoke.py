@@ -53,6 +53,7 @@ def main() -> int:
         assert tg.is_final(tg.walk(cids))
         parsed = tg.parse(cids).tool_calls[0]["function"]
         assert json.loads(parsed["arguments"]) == {"city": "Oslo", "days": 2}
+        engine.automata.store.flush()  # the disk cache's writes end before its folder goes
     print(f"smoke ok on Python {sys.version.split()[0]}: schema min_tokens={g.min_tokens}, tools min_tokens={tg.min_tokens}")
     return 0
 

@@ -23,6 +23,7 @@ def test_repeat_compile_hits_every_cache(qwen3_tokenizer):
     vocab = engine.vocabulary.build_vocab(tok)
     regex = schema_to_regex(SCHEMA).regex
     key = automaton_key(regex, vocab, lazy=True)
+    store.flush()  # saved by the writer thread, after the compile returned
     assert (store.cache_dir() / f"{key}.npz").exists()
     AUTOMATA.clear()
     hits = AUTOMATA.hits
@@ -37,10 +38,12 @@ def test_corrupt_disk_entry_is_rebuilt(qwen3_tokenizer):
     vocab = engine.vocabulary.build_vocab(qwen3_tokenizer)
     regex = schema_to_regex({"enum": ["alpha", "beta"]}).regex
     first = compile_regex(regex, vocab)
+    store.flush()
     path = store.cache_dir() / f"{automaton_key(regex, vocab)}.npz"
     path.write_bytes(b"not an npz file")
     AUTOMATA.clear()
     again = compile_regex(regex, vocab)
+    store.flush()
     assert again.num_states == first.num_states
     assert store.load(path, again.key) is not None  # rewritten, valid
     assert store.load(path, "another key") is None  # a file for another key is not trusted

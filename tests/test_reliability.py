@@ -294,13 +294,16 @@ def test_corrupt_or_foreign_cache_files_are_rebuilt(tmp_path, monkeypatch):
     regex = engine.compile_json_schema(tok, SCHEMAS[0]).regex
     key = automaton_key(regex, vocab, lazy=True)
     path = tmp_path / f"{key}.npz"
+    store.flush()
     assert path.exists()
     other = engine.compile_json_schema(tok, SCHEMAS[1]).automaton
+    store.flush()
     other_path = tmp_path / f"{other.key}.npz"
     for damage in (b"garbage", path.read_bytes()[:100], other_path.read_bytes()):  # junk, cut short, another key
         path.write_bytes(damage)
         _forget()
         assert all(np.array_equal(x, y) for x, y in zip(_arrays(engine.compile_json_schema(tok, SCHEMAS[0])), good))
+        store.flush()
         assert store.load(path, key) is not None  # rewritten whole
 
 
@@ -311,11 +314,13 @@ def test_disk_cache_is_bounded(tmp_path, monkeypatch):
     sizes = []
     for s in SCHEMAS:
         engine.compile_json_schema(tok, s)
+        store.flush()
         sizes.append(sum(f.stat().st_size for f in tmp_path.glob("*.npz")))
     limit = sizes[-1] // 2
     monkeypatch.setenv("TOOLGATE_CACHE_BYTES", str(limit))
     _forget()
     engine.compile_json_schema(tok, {"type": "array", "items": {"type": "boolean"}})
+    store.flush()
     kept = list(tmp_path.glob("*.npz"))
     assert sum(f.stat().st_size for f in kept) <= limit and kept
 

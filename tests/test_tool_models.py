@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from mlx_lm.sample_utils import make_sampler
 
-from conftest import scale, tokenizer_dir
+from conftest import load_tokenizer, scale, tokenizer_dir
 from engine import compile_tools, generate
 from models import write_random_model
 from test_toolcalls import MLX_LM_PARSERS, TOKENIZER_OF, mlx_lm_calls, offered_tools
@@ -22,10 +22,8 @@ _models = {}
 def model_for(family, tmp_path_factory):
     name = TOKENIZER_OF[family]
     if name not in _models:
-        from transformers import AutoTokenizer
-
         folder = tokenizer_dir(name)
-        size = len(AutoTokenizer.from_pretrained(str(folder)))
+        size = len(load_tokenizer(name))
         out = write_random_model(folder, tmp_path_factory.mktemp(f"random-{name}"), vocab_size=size + (-size % 64))
         _models[name] = mlx_lm.load(str(out))
     return _models[name]

@@ -129,11 +129,16 @@ def sorted_unique(ids: np.ndarray) -> np.ndarray:
     return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
 
 
+SMALL_GRAPH = 20_000  # edges up to which a breadth-first search walks in Python
+
+
 def bfs(a: np.ndarray, b: np.ndarray, start: np.ndarray, n: int) -> np.ndarray:
     """Breadth-first levels from ``start`` along edges a -> b (UNREACHABLE where never reached)."""
     order = np.argsort(a, kind="stable")
     offsets = np.concatenate([[0], np.cumsum(np.bincount(a, minlength=n))])
     heads = b[order]
+    if len(a) <= SMALL_GRAPH:
+        return _bfs_walk(offsets.tolist(), heads.tolist(), start.tolist(), n)
     dist = np.full(n, UNREACHABLE, dtype=np.int32)
     frontier = sorted_unique(start)
     d = 0
@@ -144,6 +149,28 @@ def bfs(a: np.ndarray, b: np.ndarray, start: np.ndarray, n: int) -> np.ndarray:
         frontier = nxt[dist[nxt] == UNREACHABLE]
         d += 1
     return dist
+
+
+def _bfs_walk(offsets: list[int], heads: list[int], start: list[int], n: int) -> np.ndarray:
+    """``bfs`` one state at a time: a byte DFA's graph is long and narrow (a literal key is a chain
+    of states), where a level's few states cost less in Python than a level's numpy calls."""
+    dist = [UNREACHABLE] * n
+    frontier = []
+    for s in start:
+        if dist[s] == UNREACHABLE:
+            dist[s] = 0
+            frontier.append(s)
+    d = 0
+    while frontier:
+        d += 1
+        nxt = []
+        for s in frontier:
+            for t in heads[offsets[s]:offsets[s + 1]]:
+                if dist[t] == UNREACHABLE:
+                    dist[t] = d
+                    nxt.append(t)
+        frontier = nxt
+    return np.array(dist, dtype=np.int32)
 
 
 def state_graph(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -79,11 +79,7 @@ def _cached(key: str, build, make):
         else:
             arrays = build()
             if path:
-                try:
-                    store.save(path, key, arrays)
-                    store.prune(path.parent, path)
-                except OSError:
-                    pass  # a read-only or full cache folder only costs a rebuild next time
+                store.save_later(path, key, arrays)
         a = AUTOMATA.put(key, make(arrays))
     with _KEY_LOCKS_GUARD:
         _KEY_LOCKS.pop(key, None)

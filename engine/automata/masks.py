@@ -94,7 +94,8 @@ class MaskTable:
         self.lock = threading.Lock()
         eos = [i for i in vocab.eos_ids if i < width]
         self.eos = np.asarray(eos, dtype=np.int64)
-        self.eos_only = additive_mask(self.eos[:1], width)
+        self.eos_only = MASKS.get_or_build((vocab.fingerprint, "first eos", width),
+                                           lambda: additive_mask(self.eos[:1], width))
 
     def allowed(self, state: int, left: int) -> np.ndarray:
         """Token ids allowed in ``state`` with ``left`` tokens still to generate (this one included)."""

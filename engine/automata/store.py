@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import queue
 import tempfile
 import threading
 import time
@@ -15,14 +17,58 @@ DEFAULT_DISK_BYTES = 4 << 30
 RESCAN = 64  # saves between scans of a folder whose tally stays under the limit
 _TALLY: dict[Path, list[int]] = {}  # folder -> [bytes this process knows it holds, saves since its scan]
 _TALLY_LOCK = threading.Lock()
+WRITE_DELAY = 0.1  # seconds a save waits after its compile, so it does not compete with the first masks
+_PENDING: queue.Queue = queue.Queue()  # (time queued, path, key, arrays) the writer has yet to save
+_WRITER: threading.Thread | None = None
+_WRITER_LOCK = threading.Lock()
+_HURRY = threading.Event()  # set while flush waits: no delay
 
 
-def _fresh_lock_in_child() -> None:
-    global _TALLY_LOCK
+def _fresh_state_in_child() -> None:
+    global _TALLY_LOCK, _PENDING, _WRITER, _WRITER_LOCK, _HURRY
     _TALLY_LOCK = threading.Lock()  # a fork may happen while another thread holds it
+    _WRITER_LOCK = threading.Lock()
+    _PENDING, _WRITER = queue.Queue(), None  # the parent's writer saves the parent's automata
+    _HURRY = threading.Event()
 
 
-os.register_at_fork(after_in_child=_fresh_lock_in_child)
+os.register_at_fork(after_in_child=_fresh_state_in_child)
+
+
+def save_later(path: Path, key: str, arrays: dict[str, np.ndarray]) -> None:
+    """Save (then prune) on a writer thread, so a compile does not wait for its disk write; the
+    automaton is in memory meanwhile. ``flush`` waits for the writes (it runs at exit too)."""
+    global _WRITER
+    with _WRITER_LOCK:
+        if _WRITER is None or not _WRITER.is_alive():
+            _WRITER = threading.Thread(target=_write_pending, name="toolgate-cache-writer", daemon=True)
+            _WRITER.start()
+    _PENDING.put((time.monotonic(), path, key, arrays))
+
+
+def _write_pending() -> None:
+    while True:
+        queued, path, key, arrays = _PENDING.get()
+        try:
+            _HURRY.wait(max(0.0, queued + WRITE_DELAY - time.monotonic()))
+            save(path, key, arrays)
+            prune(path.parent, path)
+        except Exception:
+            pass  # a read-only or full cache folder only costs a rebuild next time
+        finally:
+            _PENDING.task_done()
+
+
+def flush() -> None:
+    """Wait until every automaton handed to ``save_later`` is on disk (or failed to be)."""
+    _HURRY.set()
+    try:
+        _PENDING.join()
+    finally:
+        _HURRY.clear()
+
+
+atexit.register(flush)
 
 
 def disk_limit() -> int:

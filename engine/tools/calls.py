@@ -17,7 +17,7 @@ import jsonschema
 
 from ..caches import Cache
 from ..errors import CompileError, SchemaError
-from ..json_schema import schema_key, schema_to_regex
+from ..json_schema import check_schema, schema_key, schema_to_regex
 from ..automata import check_regex_size
 from ..regexes import escape, exclude_specials, min_units
 from ..symbols import TEXT_REGEX
@@ -80,7 +80,7 @@ def normalize_tools(tools: Any) -> list[Tool]:
                               f"{params.get('type') if isinstance(params, dict) else type(params).__name__!r}",
                               pointer="#/parameters", keyword="type", tool=name)
         try:
-            jsonschema.validators.validator_for(params, default=jsonschema.Draft202012Validator).check_schema(params)
+            check_schema(params)
         except jsonschema.SchemaError as e:
             raise SchemaError(f"parameters are not a valid JSON schema: {e.message}", tool=name,
                               pointer="#/" + "/".join(map(str, e.absolute_path)), keyword=str(e.validator)) from None
