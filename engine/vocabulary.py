@@ -141,6 +141,14 @@ class Vocab:
                 out[b] = min(ids)
         return out
 
+    def derive_all(self) -> None:
+        """Compute every derived table now, before a fork: Python 3.11's cached_property holds one
+        lock per property across instances, so a forked child computing one itself would wait
+        forever if another thread of the parent held that lock at the fork."""
+        for name, attr in vars(type(self)).items():
+            if isinstance(attr, cached_property):
+                getattr(self, name)
+
     def token_text(self, token: int) -> bytes | None:
         """``texts[token]``, None for ids outside the vocabulary."""
         return self.texts[token] if 0 <= token < len(self.texts) else None

@@ -29,9 +29,11 @@ WORKER = Path(__file__).resolve().parent / "distributed_worker.py"
 # greedy by default (the server's checks add one seeded sampled stream); two seeds more with
 # --full (two processes on loopback run about ten tokens a second on this two-core machine)
 SAMPLINGS = scale(1, 3)
-# the pipeline server is checked for equal answers by default; refusals, batching and a killed
-# rank run on the tensor-parallel one only, on both with --full
+# by default the pipeline server is checked for equal answers (the tensor-parallel split is, through
+# engine.generate) and refusals, batching and a killed rank run on the tensor-parallel one; every
+# check on both with --full
 OTHER_KINDS = ["tensor", "pipeline"][:scale(1, 2)]
+EQUAL_KINDS = ["pipeline", "tensor"][:scale(1, 2)]
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +193,7 @@ def test_sharded_server_refuses_bad_requests_before_any_rank_starts(sharded):
     assert httpx.get(url + "/health").json()["requests"] == 0
 
 
+@pytest.mark.parametrize("sharded", EQUAL_KINDS, indirect=True)
 def test_sharded_server_answers_as_one_process_does(sharded):
     """Greedy and seeded sampled answers, under a schema and under tools, streamed or whole, equal
     the single-process server's on the same model, request by request."""

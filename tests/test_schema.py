@@ -371,7 +371,7 @@ def one_of_branch(draw):
     return b
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scale(120, 600), deadline=None)
 @given(schema=negated_schemas(), data=st.data())
 def test_not_and_one_of_agree_with_jsonschema(schema, data):
     """Whatever the translator writes for `not` and overlapping `oneOf` accepts exactly what
@@ -440,7 +440,7 @@ def _plain_number(x: float) -> float | int:
     return int(x) if x == int(x) else x
 
 
-@settings(max_examples=scale(150, 600), deadline=None)
+@settings(max_examples=scale(60, 600), deadline=None)
 @given(schema=conditional_schemas(), data=st.data())
 def test_conditions_and_untyped_keywords_agree_with_jsonschema(schema, data):
     """if/then/else (as a choice: if and then, or not-if and else), dependentSchemas (if the key
@@ -488,7 +488,7 @@ def containing_schemas(draw):
     return schema
 
 
-@settings(max_examples=scale(100, 400), deadline=None)
+@settings(max_examples=scale(60, 400), deadline=None)
 @given(schema=containing_schemas(), data=st.data())
 def test_contains_agrees_with_jsonschema(schema, data):
     """contains with minContains/maxContains (the other items written as 'items and not contains'
@@ -514,7 +514,7 @@ def unevaluated_schemas(draw):
     return schema
 
 
-@settings(max_examples=scale(100, 400), deadline=None)
+@settings(max_examples=scale(60, 400), deadline=None)
 @given(schema=unevaluated_schemas(), data=st.data())
 def test_unevaluated_beside_own_keywords_agrees_with_jsonschema(schema, data):
     """Beside a schema's own keywords only, unevaluatedProperties/Items mean what the properties or
@@ -721,7 +721,7 @@ def open_objects(draw):
     return schema, "{" + ",".join(members) + "}", declared, more
 
 
-@settings(max_examples=scale(100, 400), deadline=None)
+@settings(max_examples=scale(60, 400), deadline=None)
 @given(case=open_objects())
 def test_extra_keys_agree_with_jsonschema(case):
     """extra_keys: whatever the regex accepts is valid, and a valid object written with its

@@ -79,6 +79,7 @@ class _Builder:
         # safe (macOS frameworks), so the child is spawned and builds the trie once for itself
         ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
         if ctx.get_start_method() == "fork":
+            vocab.derive_all()
             index.vocabulary_trie(vocab)
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_serve, args=(child, vocab, max_memory, os.getpid()), daemon=True)
