@@ -9,15 +9,12 @@ python-jsonschema, whose verdict and message stand.
 
 from __future__ import annotations
 
+import functools
 import re
-import threading
 from typing import Any
 
 import jsonschema
 import jsonschema_rs
-
-_FAST: dict[type, Any] = {}  # python-jsonschema validator class -> jsonschema-rs metaschema validator
-_FAST_LOCK = threading.Lock()
 
 
 def _python_regex(text: str) -> bool:
@@ -28,15 +25,14 @@ def _python_regex(text: str) -> bool:
     return True
 
 
+@functools.cache
 def _fast_validator(cls: type) -> Any:
-    with _FAST_LOCK:
-        if cls not in _FAST:
-            try:
-                _FAST[cls] = jsonschema_rs.validator_for(cls.META_SCHEMA, validate_formats=True,
-                                                         formats={"regex": _python_regex})
-            except Exception:  # a metaschema jsonschema-rs cannot read: python-jsonschema alone
-                _FAST[cls] = None
-        return _FAST[cls]
+    """jsonschema-rs's validator of ``cls``'s metaschema (one per draft), or None where it cannot
+    read that metaschema (python-jsonschema alone then)."""
+    try:
+        return jsonschema_rs.validator_for(cls.META_SCHEMA, validate_formats=True, formats={"regex": _python_regex})
+    except Exception:
+        return None
 
 
 def check_schema(schema: Any) -> None:
