@@ -29,7 +29,7 @@ def scale(light: int, full: int) -> int:
     return full if FULL else light
 DATA = FIXTURES / "data"
 FAMILIES = ["qwen3", "llama3", "gpt-oss", "kimi-k2", "glm4", "mistral"]
-# Unpacked once per machine (by archive hash) and shared by the test processes; a cache, as the
+# Unpacked once per machine (by archive and transformers version), shared by the test processes; a cache as the
 # Hugging Face one is. Llama 3's tokenizer ships as tiktoken's file, which transformers converts on
 # every load (4 s); its converted tokenizer.json is written beside it once (the same vocabulary,
 # encodings and chat template), so later loads, models' included, read that instead.
@@ -39,8 +39,11 @@ CONVERTED = {"llama3"}
 
 def tokenizer_dir(name: str) -> Path:
     """The folder of a fixture tokenizer (unpacked from tests/fixtures on first use)."""
+    import transformers
+
     archive = FIXTURES / "tokenizers" / name / "files.tar.xz"
-    out = _UNPACKED / f"{name}-{hashlib.sha256(archive.read_bytes()).hexdigest()[:16]}"
+    digest = hashlib.sha256(archive.read_bytes() + transformers.__version__.encode()).hexdigest()[:16]
+    out = _UNPACKED / f"{name}-{digest}"
     if not out.exists():
         _UNPACKED.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=_UNPACKED, prefix=f".{name}-"))
