@@ -196,6 +196,9 @@ def distances(offsets: np.ndarray, targets: np.ndarray, final: np.ndarray) -> np
 
 def ranges(starts: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each i, the positions offsets[starts[i]]..offsets[starts[i]+1]-1: (owner i, position)."""
+    if len(starts) == 1:  # a walk narrowed to one trie node or state (a literal's bytes): no array work
+        lo, hi = int(offsets[starts[0]]), int(offsets[starts[0] + 1])
+        return np.zeros(hi - lo, dtype=np.int64), np.arange(lo, hi)
     lo = offsets[starts]
     counts = offsets[starts + 1] - lo
     owner = np.repeat(np.arange(len(starts)), counts)

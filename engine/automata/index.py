@@ -214,9 +214,11 @@ def _chain_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarr
     # dead steps and loops never count: give each a value of its own
     rows = np.where((rows == n) | (rows == states[:, None]), -1 - np.arange(128), rows)
     ordered = np.sort(rows, axis=1)
-    length = np.ones(ordered.shape, dtype=np.int32)
-    for i in range(1, 128):
-        length[:, i] = np.where(ordered[:, i] == ordered[:, i - 1], length[:, i - 1] + 1, 1)
+    # each position's run length so far: its index less the index where its run of equal values began
+    same = np.zeros(ordered.shape, dtype=bool)
+    same[:, 1:] = ordered[:, 1:] == ordered[:, :-1]
+    at = np.broadcast_to(np.arange(128), ordered.shape)
+    length = at - np.maximum.accumulate(np.where(same, 0, at), axis=1) + 1
     many = length.max(axis=1) >= MIN_RUN_BYTES
     states, rows, ordered, length = states[many], rows[many], ordered[many], length[many]
     main = ordered[np.arange(len(states)), length.argmax(axis=1)]
