@@ -70,6 +70,15 @@ def _serve(conn, vocab: Vocab, max_memory: int, parent: int) -> None:
             conn.send(("error", f"the automaton is too large to send back ({max_memory >> 20} MiB bound)"))
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time a process has used (Linux's /proc; None elsewhere)."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class _Builder:
     """A forked process that builds automata for one vocabulary. A build that overruns its time
     is stopped by killing the process, which leaves this one untouched; the next build forks anew."""
@@ -90,10 +99,14 @@ class _Builder:
     def build(self, kind: str, regex: str, key: str, macro, max_edges: int, timeout: float) -> tuple:
         try:
             self.busy = True
+            cpu = _cpu_seconds(self.proc.pid)
             self.conn.send((kind, regex, key, macro, max_edges))
             if not self.conn.poll(timeout):
+                used = _cpu_seconds(self.proc.pid)
                 self.close()
-                raise CompileError(f"compiling took longer than the {timeout:g} s limit")
+                # how much of the time the builder computed tells a slow build from a stuck one
+                spent = f" (the build ran {used - cpu:.1f} s of CPU)" if cpu is not None and used is not None else ""
+                raise CompileError(f"compiling took longer than the {timeout:g} s limit{spent}")
             kind, value = self.conn.recv()
             self.busy = False
         except (EOFError, OSError):
