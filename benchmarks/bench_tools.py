@@ -84,7 +84,9 @@ def tool_pool(limit: int) -> list[dict]:
 
 
 def forget() -> None:
-    """Drop every in-memory cache (the disk cache is what TOOLGATE_CACHE_DIR points at)."""
+    """Drop every in-memory cache once the disk cache (what TOOLGATE_CACHE_DIR points at) holds
+    every automaton compiled so far (its writes happen on a writer thread)."""
+    engine.automata.store.flush()
     engine.clear_caches(vocabularies=False)
 
 
