@@ -12,8 +12,10 @@ refused schema rejects all its instances).
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,6 +33,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "tests"))
     from conftest import tokenizer_dir
 
+    os.environ["TOOLGATE_CACHE_DIR"] = tempfile.mkdtemp(prefix="toolgate-suite-")  # cold: no earlier run's automata
     hf = AutoTokenizer.from_pretrained(str(tokenizer_dir("qwen3")))
     engines = [Toolgate(hf), LLGuidance(hf)]
     tallies = {e.name: {"groups compiled": 0, "groups refused": 0, "tests": 0, "passed": 0,
