@@ -232,11 +232,7 @@ def compile_json_schema(
     found = GRAMMARS.get(key)
     if found is not None:  # checked when it was compiled
         return found
-    try:
-        check_schema(schema)
-    except jsonschema.SchemaError as e:
-        pointer = "#/" + "/".join(map(str, e.absolute_path))
-        raise SchemaError(f"not a valid JSON schema: {e.message}", pointer=pointer, keyword=str(e.validator)) from None
+    check_schema(schema)
 
     def build() -> Grammar:
         if link:

@@ -1,6 +1,6 @@
 """The metaschema check (engine.json_schema.check_schema) refuses exactly what python-jsonschema's
-check_schema refuses, with python-jsonschema's message, on every fixture schema and on thousands
-of broken copies of them; jsonschema-rs only answers the plain yes faster."""
+check_schema refuses, with python-jsonschema's message and keyword, on every fixture schema and on
+thousands of broken copies of them; jsonschema-rs only answers the plain yes faster."""
 
 import json
 import random
@@ -40,19 +40,19 @@ def broken(schema, rng: random.Random, depth: int = 0):
 
 
 def python_verdict(schema):
-    """None when python-jsonschema accepts ``schema``, else its message."""
+    """None when python-jsonschema accepts ``schema``, else its (message, keyword)."""
     try:
         jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
     except jsonschema.SchemaError as e:
-        return e.message
+        return f"not a valid JSON schema: {e.message}", e.validator
     return None
 
 
 def ours(schema):
     try:
         check_schema(schema)
-    except jsonschema.SchemaError as e:
-        return e.message
+    except SchemaError as e:
+        return e.message, e.keyword
     return None
 
 
@@ -84,5 +84,6 @@ def test_bad_schemas_are_refused_naming_the_keyword(qwen3_tokenizer, schema, key
 
 
 def test_a_schema_that_is_not_an_object_is_refused(qwen3_tokenizer):
-    with pytest.raises(SchemaError, match="object or a boolean"):
+    with pytest.raises(SchemaError, match="object or a boolean") as info:
         compile_json_schema(qwen3_tokenizer, 3)
+    assert info.value.keyword == "" and "unset" not in str(info.value), str(info.value)

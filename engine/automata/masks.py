@@ -79,8 +79,9 @@ def allowed_mask(ids: np.ndarray, final: bool, vocab: Vocab, width: int) -> tupl
 
 
 def eos_mask(vocab: Vocab, width: int) -> mx.array:
-    """The row that allows only the vocabulary's first end-of-sequence token."""
-    return MASKS.get_or_build((vocab.fingerprint, "eos", width), lambda: additive_mask(np.asarray(vocab.eos_ids[:1]), width))
+    """The row that allows only the vocabulary's first end-of-sequence token below ``width``."""
+    return MASKS.get_or_build((vocab.fingerprint, "eos", width), lambda: additive_mask(
+        np.asarray([i for i in vocab.eos_ids if i < width][:1], dtype=np.int64), width))
 
 
 class MaskTable:
@@ -94,8 +95,7 @@ class MaskTable:
         self.lock = threading.Lock()
         eos = [i for i in vocab.eos_ids if i < width]
         self.eos = np.asarray(eos, dtype=np.int64)
-        self.eos_only = MASKS.get_or_build((vocab.fingerprint, "first eos", width),
-                                           lambda: additive_mask(self.eos[:1], width))
+        self.eos_only = eos_mask(vocab, width)
 
     def allowed(self, state: int, left: int) -> np.ndarray:
         """Token ids allowed in ``state`` with ``left`` tokens still to generate (this one included)."""

@@ -4,7 +4,8 @@ python-jsonschema's ``check_schema`` is the authority (its errors name the keywo
 place), but it takes milliseconds, a third of a typical compile. jsonschema-rs answers the same
 question in tens of microseconds, so it goes first with the same format check for patterns
 (Python's ``re``, as python-jsonschema's); only a schema it does not plainly accept goes on to
-python-jsonschema, whose verdict and message stand.
+python-jsonschema, whose verdict and message stand, raised as a SchemaError naming the keyword
+and the place.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 import jsonschema
 import jsonschema_rs
+
+from ..errors import SchemaError
 
 
 def _python_regex(text: str) -> bool:
@@ -35,9 +38,19 @@ def _fast_validator(cls: type) -> Any:
         return None
 
 
-def check_schema(schema: Any) -> None:
-    """Raise ``jsonschema.SchemaError`` (python-jsonschema's) when ``schema`` is not valid
-    against the metaschema of its draft (``$schema``; 2020-12 when absent)."""
+def check_schema(schema: Any, *, prefix: str = "not a valid JSON schema", tool: str = "") -> None:
+    """Raise SchemaError("``prefix``: python-jsonschema's message", naming its keyword and JSON
+    pointer, and ``tool``) when ``schema`` is not valid against the metaschema of its draft
+    (``$schema``; 2020-12 when absent)."""
+    try:
+        _check(schema)
+    except jsonschema.SchemaError as e:
+        keyword = e.validator if isinstance(e.validator, str) else ""
+        raise SchemaError(f"{prefix}: {e.message}", pointer="#/" + "/".join(map(str, e.absolute_path)),
+                          keyword=keyword, tool=tool) from None
+
+
+def _check(schema: Any) -> None:
     if not isinstance(schema, (dict, bool)):
         raise jsonschema.SchemaError(f"a schema is an object or a boolean, not {type(schema).__name__}")
     if isinstance(schema, dict) and not isinstance(schema.get("$schema", ""), str):

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable
 
-import jsonschema
-
 from ..caches import Cache
 from ..errors import CompileError, SchemaError
 from ..json_schema import check_schema, schema_key, schema_to_regex
@@ -79,11 +77,7 @@ def normalize_tools(tools: Any) -> list[Tool]:
             raise SchemaError("parameters must be an object schema, got "
                               f"{params.get('type') if isinstance(params, dict) else type(params).__name__!r}",
                               pointer="#/parameters", keyword="type", tool=name)
-        try:
-            check_schema(params)
-        except jsonschema.SchemaError as e:
-            raise SchemaError(f"parameters are not a valid JSON schema: {e.message}", tool=name,
-                              pointer="#/" + "/".join(map(str, e.absolute_path)), keyword=str(e.validator)) from None
+        check_schema(params, prefix="parameters are not a valid JSON schema", tool=name)
         # arguments are an object (the call formats and OpenAI's API say so): an untyped schema
         # would let other values through
         params = params if "type" in params else {"type": "object", **params}
