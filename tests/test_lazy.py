@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import engine
 from conftest import DATA, load_tokenizer, scale
 from instances import canonical_text
-from engine.automata import compile_regex
+from engine.automata import MaskTable, compile_regex
 from engine.json_schema import schema_to_regex
 from engine.vocabulary import build_vocab
 
@@ -37,7 +37,10 @@ SCHEMAS = [
 
 
 def lockstep(eager, lazy, max_pairs, slack):
-    """Walk both automata together, counting (bound - exact distance) per state pair in ``slack``."""
+    """Walk both automata together, counting (bound - exact distance) per state pair in ``slack``.
+    The lazy masks (a string's class tokens looked up by reference) allow exactly the tokens its
+    rows list, and end-of-sequence where it accepts."""
+    table = MaskTable(lazy, lazy.vocab, lazy.vocab.size)
     pairs, todo = {(0, 0)}, [(0, 0)]
     while todo and len(pairs) < max_pairs:
         es, ls = todo.pop()
@@ -53,6 +56,9 @@ def lockstep(eager, lazy, max_pairs, slack):
             allowed = lazy.successors_within(ls, budget)
             assert np.isin(allowed, eager.successors_within(es, budget)).all(), (es, ls, budget)
             assert len(allowed) or lazy.final[ls] or b > budget + 1, (es, ls, budget)
+            want = np.unique(np.concatenate([allowed, table.eos if lazy.final[ls] else []]).astype(np.int64))
+            got = np.flatnonzero(np.array(table.mask(ls, budget + 1)) == 0)
+            assert np.array_equal(got, want if len(want) else table.eos[:1]), (es, ls, budget)
         for pair in set(zip(eager.targets[lo:hi].tolist(), targets[order].tolist())):
             if pair not in pairs:
                 pairs.add(pair)

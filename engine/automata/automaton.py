@@ -71,6 +71,11 @@ class TokenAutomaton:
         b = self.bound[self.row(state)[1]]
         return int(b[b < UNREACHABLE].max(initial=-1))
 
+    def allowed_bits(self, state: int, budget: int, width: int) -> np.ndarray | None:
+        """The allowed tokens below ``width`` as bools, where an automaton has them cheaper than
+        as a list of ids (see LazyAutomaton); None here."""
+        return None
+
 
 @dataclass(eq=False)
 class Automaton(TokenAutomaton):

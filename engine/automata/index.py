@@ -27,6 +27,7 @@ MIN_RUN_BYTES = 16  # a state looping on fewer ASCII bytes is walked token by to
 # by vocabulary fingerprint; a family's tool vocabularies (other end tokens) have tries of their own
 TRIES = Cache("vocabulary tries", 512 << 20, lambda t: t.nbytes, per_vocabulary=True)
 RUNS = Cache("character-class runs", 256, per_vocabulary=True)  # by (vocabulary fingerprint, character class)
+ROW_CLASSES = Cache("row classes", 1 << 14)  # by the shape of one state's row: the classes to try
 TRIE_LOCK = threading.Lock()  # one trie build at a time (it takes seconds and much memory)
 
 
@@ -123,6 +124,11 @@ class _Run:
     exit_k: np.ndarray
     exit_j: np.ndarray
     one_byte: int  # a character of the class that is one byte long
+    cell: np.ndarray  # each token's (j, k) as a flat index into a (rows, class states) table
+    exit_cell: np.ndarray  # the same for the exits
+    exit_byte: np.ndarray  # each exit's byte (the one that leaves the class)
+    present: np.ndarray  # (rows, class states) bools: the cells some token ends in
+    token_cell: np.ndarray  # per token id, its cell; the cell count for a token not of the class
 
 
 def _run(trie: "_Trie", char_class: str) -> _Run:
@@ -161,9 +167,60 @@ def _run(trie: "_Trie", char_class: str) -> _Run:
     ids = np.flatnonzero(node_k[trie.node_of_id] != c).astype(np.int32)
     end = trie.node_of_id[ids]
     one_byte = np.flatnonzero(trans[0, :128] == 0)
-    return _Run(trans, edges, np.asarray(tree, dtype=np.int64).reshape(-1, 3), ids, node_k[end], node_j[end],
-                exits, node_k[trie.parent[exits]], node_j[trie.parent[exits]],
-                int(one_byte[0]) if len(one_byte) else -1)
+    k, j = node_k[end], node_j[end]
+    exit_k, exit_j = node_k[trie.parent[exits]], node_j[trie.parent[exits]]
+    present = np.zeros((int(max(j.max(initial=0), exit_j.max(initial=0))) + 1, c), dtype=bool)
+    present[j, k] = True
+    token_cell = np.full(len(trie.node_of_id), present.size, dtype=np.int32)
+    token_cell[ids] = j * c + k
+    return _Run(trans, edges, np.asarray(tree, dtype=np.int64).reshape(-1, 3), ids, k, j, exits, exit_k, exit_j,
+                int(one_byte[0]) if len(one_byte) else -1, j * c + k, exit_j * c + exit_k, trie.byte[exits], present,
+                token_cell)
+
+
+@dataclass(frozen=True)
+class Block:
+    """A state's tokens made of one character class, by reference rather than listed: the class
+    token ending after j whole characters in class state k leads to ``table[j, k]`` (every row
+    alike for a state looping on the class; one row per character counted for a chain)."""
+
+    run: _Run
+    table: np.ndarray  # (rows, class states) int32; the DFA's dead state where a token dies
+    dead: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.table.nbytes
+
+    @property
+    def live(self) -> np.ndarray:
+        """The (rows, class states) cells whose tokens lead somewhere."""
+        return (self.table != self.dead) & self.run.present
+
+    @property
+    def full(self) -> bool:
+        """Every class token is allowed (a loop, or a chain longer than the longest token)."""
+        return bool((self.live == self.run.present).all())
+
+    def tokens(self) -> tuple[np.ndarray, np.ndarray]:
+        """The allowed class tokens and the state each leads to."""
+        to = self.table.reshape(-1)[self.run.cell]
+        if self.full:
+            return self.run.ids, to
+        ok = to != self.dead
+        return self.run.ids[ok], to[ok]
+
+    def target_bounds(self, bound: np.ndarray) -> np.ndarray:
+        """``bound`` of every state a class token leads to (one value per cell, not per token)."""
+        return bound[self.table[self.live]]
+
+    def bits(self, width: int) -> np.ndarray:
+        """The allowed class tokens below ``width`` as bools (one lookup per token id, no list)."""
+        cell = self.run.token_cell[:width]
+        out = np.append(self.live.reshape(-1), False)[cell]
+        if len(cell) < width:
+            out = np.append(out, np.zeros(width - len(cell), dtype=bool))
+        return out
 
 
 def _run_for(trie: _Trie, char_class: str) -> _Run:
@@ -225,7 +282,37 @@ def _chain_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarr
     return _classes_by_bytes(trans, states, rows == main[:, None])
 
 
-def _chain_maps(trans: np.ndarray, run: _Run, state: int) -> np.ndarray | None:
+def _alike(trans: np.ndarray, got: np.ndarray, want: np.ndarray, twins: bool) -> np.ndarray:
+    """Where the DFA's state ``got`` is the live state ``want``, or with ``twins`` one with the same
+    row (outlines-core's DFA is not minimal: two paths through one character may end in twin
+    states). Twins accept the same strings from there (finality is a row's END step), so for masks
+    and bounds either stands for the other; a materialised automaton keeps the exact states."""
+    n = trans.shape[0] - 1
+    ok = got == want
+    twin = ~ok & (got != n) & (want != n)
+    if twins and twin.any():
+        ok[twin] = (trans[got[twin]] == trans[want[twin]]).all(axis=1)
+    return ok & (want != n)
+
+
+def _classes_of(find, trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray, list[str]]]:
+    """``find(trans, states)`` (_run_classes or _chain_classes), remembered for a single state by
+    its row's shape: which bytes loop, die, or lead to equal states, and the order of those states
+    (all the finders read), so the many states of a bounded string classify once."""
+    if len(states) != 1:
+        return find(trans, states)
+    s, n = int(states[0]), trans.shape[0] - 1
+    row = trans[s]
+    _, rank = np.unique(row, return_inverse=True)
+    key = (find.__name__, np.packbits(row == s).tobytes(), np.packbits(row == n).tobytes(),
+           rank.astype(np.uint8).tobytes())
+    found = ROW_CLASSES.get(key)
+    if found is None:
+        found = ROW_CLASSES.put(key, [classes for _, classes in find(trans, states)])
+    return [(states, classes) for classes in found]
+
+
+def _chain_maps(trans: np.ndarray, run: _Run, state: int, twins: bool) -> np.ndarray | None:
     """For a state that steps like the class from one state of a chain to the next, the class-state
     maps along the chain: row j maps each class state to the DFA state after j whole characters.
     The chain either outlasts the longest class token or ends in a state that takes no class
@@ -245,7 +332,7 @@ def _chain_maps(trans: np.ndarray, run: _Run, state: int) -> np.ndarray | None:
     e = run.edges
     got = trans[m[:, e[:, 0]], e[:, 1]]
     want = np.where(e[:, 2] == 0, chain[1:, None], m[:, e[:, 2]])
-    steps = ((got == want) & (want != n)).all(axis=1)
+    steps = _alike(trans, got, want, twins).all(axis=1)
     if steps.all():
         return m
     end = int(np.argmin(steps))
@@ -269,7 +356,7 @@ def _all_but(ascii_bytes) -> str:
 COMMON_CLASSES = (_all_but(np.r_[0:0x20, 0x22, 0x5C]), _all_but([]))
 
 
-def _run_states(trans: np.ndarray, run: _Run, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _run_states(trans: np.ndarray, run: _Run, states: np.ndarray, twins: bool) -> tuple[np.ndarray, np.ndarray]:
     """Which of ``states`` move like the class automaton: (those states, their class-state map)."""
     dead = trans.shape[0] - 1
     m = np.full((len(states), run.trans.shape[0] - 1), dead, dtype=np.int32)
@@ -277,57 +364,52 @@ def _run_states(trans: np.ndarray, run: _Run, states: np.ndarray) -> tuple[np.nd
     for a, b, d in run.tree.tolist():
         m[:, d] = trans[m[:, a], b]
     e = run.edges
-    ok = ((trans[m[:, e[:, 0]], e[:, 1]] == m[:, e[:, 2]]) & (m[:, e[:, 2]] != dead)).all(axis=1)
+    ok = _alike(trans, trans[m[:, e[:, 0]], e[:, 1]], m[:, e[:, 2]], twins).all(axis=1)
     return states[ok], m[ok]
 
 
 
 def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tuple[bytes, int], ...] = (),
-                states: np.ndarray | None = None, boundary: np.ndarray | None = None, hits: list | None = None):
+                states: np.ndarray | None = None, boundary: np.ndarray | None = None, hits: list | None = None,
+                twins: bool = False):
     """Every (state, token, next state) of the byte DFA from ``states`` (all by default), walking
     the trie from all of them at once.
 
-    Returns the walked edges and, for states that loop on a character class, the class's tokens
-    as one block each: {state: (token ids, next states)}. With ``boundary`` (see ``_walk``), a
-    class state that is a boundary is walked token by token instead.
+    Returns the walked edges and, for states that loop on a character class or count its
+    characters, the class's tokens as one Block each: {state: Block}. With ``boundary`` (see ``_walk``), a
+    class state that is a boundary is walked token by token instead. ``twins`` lets a block's
+    next states be twins of the exact ones (see _alike): for rows read per state, not for
+    materialised automata.
     """
     n = trans.shape[0] - 1
     if states is None:
         states = np.arange(n, dtype=np.int32)
-    blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    blocks: dict[int, Block] = {}
     starts = []  # (state, trie node, DFA state) where the trie walk begins
-    for group, classes in _run_classes(trans, states):
+    for group, classes in _classes_of(_run_classes, trans, states):
         for char_class in classes:
             if not len(group):
                 break
             run = _run_for(trie, char_class)
-            looping, m = _run_states(trans, run, group)
+            looping, m = _run_states(trans, run, group, twins)
             group = group[~np.isin(group, looping)]
             if boundary is not None:
                 looping, m = looping[~boundary[m].any(axis=1)], m[~boundary[m].any(axis=1)]
             for s, row in zip(looping.tolist(), m):
-                blocks[s] = (run.ids, row[run.k])
-                cur = trans[row[run.exit_k], trie.byte[run.exits]]
-                alive = cur != n
-                starts.append((np.full(int(alive.sum()), s, dtype=np.int32), run.exits[alive], cur[alive]))
+                _add_block(blocks, starts, trans, Block(run, np.tile(row, (len(run.present), 1)), n), s)
     rest = states[~np.isin(states, list(blocks))] if blocks else states
-    for group, classes in _chain_classes(trans, rest):
+    for group, classes in _classes_of(_chain_classes, trans, rest):
         for char_class in classes:
             if not len(group):
                 break
             run = _run_for(trie, char_class)
             for s in group.tolist():
-                m = _chain_maps(trans, run, s)
+                m = _chain_maps(trans, run, s, twins)
                 if m is None or (boundary is not None and boundary[m].any()):
                     continue
-                ok = run.j < len(m)
-                ids, to = run.ids[ok], m[run.j[ok], run.k[ok]]
-                live = to != n
-                blocks[s] = (ids[live], to[live])
-                ok = run.exit_j < len(m)
-                cur = trans[m[run.exit_j[ok], run.exit_k[ok]], trie.byte[run.exits[ok]]]
-                alive = cur != n
-                starts.append((np.full(int(alive.sum()), s, dtype=np.int32), run.exits[ok][alive], cur[alive]))
+                table = np.full(run.present.shape, n, dtype=np.int32)
+                table[:len(m)] = m
+                _add_block(blocks, starts, trans, Block(run, table, n), s)
             group = group[~np.isin(group, list(blocks))]
     walked = states[~np.isin(states, list(blocks))] if blocks else states
     # the first byte from the table's rows, not from the root's 256 children for every state
@@ -335,7 +417,7 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
     row, byte = np.nonzero((first != n) & (root >= 0))
     starts.append((walked[row], root[byte], first[row, byte]))
     src, node, cur = (np.concatenate(p) for p in zip(*starts))
-    parts = _walk(trans, trie, src, node, cur, max_edges - sum(len(b[0]) for b in blocks.values()), boundary, hits)
+    parts = _walk(trans, trie, src, node, cur, max_edges - sum(len(b.run.ids) for b in blocks.values()), boundary, hits)
     for text, token in extra:
         cur = states
         for b in text:
@@ -347,6 +429,16 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
         return empty, empty, empty, blocks
     src, tok, dst = (np.concatenate(p) for p in zip(*parts))
     return src, tok, dst, blocks
+
+
+def _add_block(blocks: dict, starts: list, trans: np.ndarray, block: Block, s: int) -> None:
+    """Record ``s``'s class block and where its walk begins: the exits, from the state each
+    reaches in the class before its leaving byte."""
+    run = block.run
+    cur = trans[block.table.reshape(-1)[run.exit_cell], run.exit_byte]
+    alive = cur != block.dead
+    blocks[s] = block
+    starts.append((np.full(int(alive.sum()), s, dtype=np.int32), run.exits[alive], cur[alive]))
 
 
 def _walk(trans: np.ndarray, trie: _Trie, src: np.ndarray, node: np.ndarray, cur: np.ndarray, max_edges: int,
@@ -396,11 +488,11 @@ def token_row_hits(trans: np.ndarray, trie: _Trie, state: int, boundary: np.ndar
     """One state's tokens and next states, as ``token_row``, and the trie nodes where a token's
     bytes stand on a ``boundary`` state partway or at its end, with those states."""
     hits: list = []
-    _, tok, dst, blocks = token_edges(trans, trie, 1 << 62, (), np.array([state], dtype=np.int32), boundary, hits)
+    _, tok, dst, blocks = token_edges(trans, trie, 1 << 62, (), np.array([state], dtype=np.int32), boundary, hits,
+                                      twins=True)
     if state in blocks:
-        ids, to = blocks[state]
-        live = to != trans.shape[0] - 1
-        tok, dst = np.concatenate([ids[live], tok]), np.concatenate([to[live], dst])
+        ids, to = blocks[state].tokens()
+        tok, dst = np.concatenate([ids, tok]), np.concatenate([to, dst])
     return (tok, dst) + _hits(hits)
 
 
@@ -419,15 +511,12 @@ def _root_children(trie: _Trie) -> np.ndarray:
     return out
 
 
-def token_row(trans: np.ndarray, trie: _Trie, state: int,
-              extra: tuple[tuple[bytes, int], ...] = ()) -> tuple[np.ndarray, np.ndarray]:
-    """One state's tokens and the states they lead to (unsorted), the dead state left out."""
-    _, tok, dst, blocks = token_edges(trans, trie, 1 << 62, extra, np.array([state], dtype=np.int32))
-    if state in blocks:
-        ids, to = blocks[state]
-        live = to != trans.shape[0] - 1
-        tok, dst = np.concatenate([ids[live], tok]), np.concatenate([to[live], dst])
-    return tok, dst
+def token_row(trans: np.ndarray, trie: _Trie, state: int, extra: tuple[tuple[bytes, int], ...] = ()
+              ) -> tuple[Block | None, np.ndarray, np.ndarray]:
+    """One state's tokens: its class block (None when it has none), and the tokens walked one by
+    one with the states they lead to (unsorted), the dead state left out."""
+    _, tok, dst, blocks = token_edges(trans, trie, 1 << 62, extra, np.array([state], dtype=np.int32), twins=True)
+    return blocks.get(state), tok, dst
 
 
 def build(regex: str, vocab: Vocab, key: str, macro: tuple[str, int] | None = None,
@@ -438,7 +527,7 @@ def build(regex: str, vocab: Vocab, key: str, macro: tuple[str, int] | None = No
     extra = ((macro[0].encode(), macro[1]),) if macro else ()
     src, tok, dst, blocks = token_edges(trans, vocabulary_trie(vocab), max_edges, extra)
     # keep the states the initial one reaches by tokens and that can still reach acceptance
-    block_dst = {s: sorted_unique(t) for s, (_, t) in blocks.items()}
+    block_dst = {s: sorted_unique(b.table[b.live]) for s, b in blocks.items()}
     block_src = [np.full(len(t), s) for s, t in block_dst.items()]
     gs, gd = state_graph(np.concatenate([src, *block_src]), np.concatenate([dst, *block_dst.values()]), n)
     to_end = bfs(gd, gs, np.flatnonzero(final), n)
@@ -458,7 +547,7 @@ def build(regex: str, vocab: Vocab, key: str, macro: tuple[str, int] | None = No
             d = dense[s]
             t, g = tok[offsets[d]:offsets[d + 1]], dst[offsets[d]:offsets[d + 1]]
             if s in blocks:
-                ids, to = blocks[s]
+                ids, to = blocks[s].tokens()
                 ok = alive[to]
                 ids, to = ids[ok], dense[to[ok]]
                 at = np.searchsorted(ids, t)

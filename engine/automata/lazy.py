@@ -8,7 +8,10 @@ state has a token to a state whose bound is one less. Masks allow a token when i
 bound fits the budget left, so an output that starts within budget always finishes within it.
 The price is some slack at the edge: ``min_tokens`` is the initial state's bound, at least the
 true minimum (the gap is measured in tests/test_lazy.py). A state's tokens come from walking
-the vocabulary's trie from that state alone (index.token_row), cached by content.
+the vocabulary's trie from that state alone (index.token_row), cached by content. A state that
+loops on a character class (a string's inside) or counts its characters (a bounded string) keeps
+that class's tokens as a reference (index.Block), not as a vocabulary-wide list: its mask starts
+from the class's row, shared by every such state, plus the tokens that leave the class.
 """
 
 from __future__ import annotations
@@ -20,9 +23,13 @@ from ..errors import CompileError
 from ..vocabulary import Vocab
 from .automaton import UNREACHABLE, TokenAutomaton, bfs
 from .byte_dfa import byte_dfa
-from .index import token_edges, token_row, vocabulary_trie
+from .index import Block, token_edges, token_row, vocabulary_trie
 
-ROWS = Cache("token rows", 256 << 20, lambda r: r[0].nbytes + r[1].nbytes)  # by (automaton key, state)
+# by (automaton key, state): (class block or None, walked tokens, their next states)
+ROWS = Cache("token rows", 256 << 20, lambda r: r[1].nbytes + r[2].nbytes + (r[0].nbytes if r[0] else 0))
+# the same with the block's tokens listed, for callers that want every token
+LISTED_ROWS = Cache("listed token rows", 256 << 20, lambda r: r[0].nbytes + r[1].nbytes)
+
 
 
 def lazy_tables(regex: str, vocab: Vocab, macro: tuple[str, int] | None = None
@@ -110,18 +117,46 @@ class LazyAutomaton(TokenAutomaton):
     def nbytes(self) -> int:
         return self.trans.nbytes + self.final.nbytes + self._bound.nbytes
 
-    def row(self, state: int) -> tuple[np.ndarray, np.ndarray]:
-        """``state``'s tokens (unsorted) and the state each leads to, found on first use."""
+    def parts(self, state: int) -> tuple[Block | None, np.ndarray, np.ndarray]:
+        """``state``'s class block (or None) and its other tokens with their next states."""
         return ROWS.get_or_build((self.key, state),
                                  lambda: token_row(self.trans, vocabulary_trie(self.vocab), state, self._extra))
+
+    def row(self, state: int) -> tuple[np.ndarray, np.ndarray]:
+        """``state``'s tokens (unsorted) and the state each leads to, found on first use."""
+        def build():
+            block, tok, dst = self.parts(state)
+            if block is None:
+                return tok, dst
+            ids, to = block.tokens()
+            return np.concatenate([ids, tok]), np.concatenate([to, dst])
+        return LISTED_ROWS.get_or_build((self.key, state), build)
 
     def _cap(self, state: int) -> tuple[int, bool]:
         got = self._caps.get(state)
         if got is None:
-            b = self._bound[self.row(state)[1]]
+            block, _, dst = self.parts(state)
+            b = self._bound[dst]
+            if block is not None:
+                b = np.concatenate([block.target_bounds(self._bound), b])
             finite = b < UNREACHABLE
             got = self._caps[state] = (int(b[finite].max(initial=-1)), bool(finite.all()))
         return got
+
+    def is_complete(self, state: int) -> bool:
+        block, tok, _ = self.parts(state)
+        return bool(self.final[state]) and len(tok) == 0 and (block is None or not block.live.any())
+
+    def allowed_bits(self, state: int, budget: int, width: int) -> np.ndarray | None:
+        """Every token of ``state`` below ``width`` as bools, when ``budget`` allows them all and
+        the state has a class block (its tokens looked up by cell, never listed); else None."""
+        cap, finite = self._cap(state)
+        block, tok, _ = self.parts(state)
+        if block is None or not finite or budget < cap:
+            return None
+        bits = block.bits(width)
+        bits[tok[tok < width]] = True
+        return bits
 
     def target_cap(self, state: int) -> int:
         return self._cap(state)[0]

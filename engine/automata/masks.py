@@ -59,14 +59,21 @@ def shared_mask(ids: np.ndarray, width: int) -> tuple[bytes, mx.array]:
     wide row's ids)."""
     if len(ids) * 32 < width:
         content = b"i" + sorted_unique(ids).astype(np.int32).tobytes()
-        build = lambda: additive_mask(ids, width)  # noqa: E731
-    else:
-        allowed = np.zeros(width, dtype=bool)
-        allowed[ids] = True
-        content = b"b" + np.packbits(allowed).tobytes()
-        build = lambda: mx.array(np.where(allowed, np.float32(0), _BANNED))  # noqa: E731
+        digest = hashlib.blake2b(content + width.to_bytes(4, "little"), digest_size=16).digest()
+        return digest, MASKS.get_or_build(digest, lambda: additive_mask(ids, width))
+    allowed = np.zeros(width, dtype=bool)
+    allowed[ids] = True
+    return bits_mask(allowed)
+
+
+def bits_mask(allowed: np.ndarray) -> tuple[bytes, mx.array]:
+    """``shared_mask`` of the tokens given as bools, one per logit (the same digest for the same set)."""
+    width = len(allowed)
+    if np.count_nonzero(allowed) * 32 < width:
+        return shared_mask(np.flatnonzero(allowed), width)
+    content = b"b" + np.packbits(allowed).tobytes()
     digest = hashlib.blake2b(content + width.to_bytes(4, "little"), digest_size=16).digest()
-    return digest, MASKS.get_or_build(digest, build)
+    return digest, MASKS.get_or_build(digest, lambda: mx.array(np.where(allowed, np.float32(0), _BANNED)))
 
 
 def allowed_mask(ids: np.ndarray, final: bool, vocab: Vocab, width: int) -> tuple[bytes, mx.array]:
@@ -111,10 +118,16 @@ class MaskTable:
         m = MASKS.get(digest) if digest is not None else None
         if m is not None:
             return m
-        ids = self.allowed(state, left)
-        if len(ids) == 0:
-            return self.eos_only
-        digest, m = shared_mask(ids, self.width)
+        bits = self.a.allowed_bits(state, left - 1, self.width) if left > 0 else None
+        if bits is not None:
+            if self.a.final[state]:
+                bits[self.eos] = True
+            digest, m = bits_mask(bits)
+        else:
+            ids = self.allowed(state, left)
+            if len(ids) == 0:
+                return self.eos_only
+            digest, m = shared_mask(ids, self.width)
         with self.lock:
             self.by_key[key] = digest
         return m
