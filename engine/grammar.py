@@ -11,7 +11,7 @@ import jsonschema
 import mlx.core as mx
 import numpy as np
 
-from .automata import (LazyAutomaton, MaskTable, allowed_mask, compile_linked, compile_regex, counters,
+from .automata import (LazyAutomaton, MaskTable, allowed_bits_mask, allowed_mask, compile_linked, compile_regex, counters,
                        eos_mask, new_owner, shared_mask, state_mask)
 from .automata.builders import DEFAULT_TIMEOUT
 from .automata.compile import MAX_REGEX_CHARS
@@ -162,6 +162,9 @@ class LinkedGrammar(Grammar):
 
     def mask(self, state: Any, left: int, width: int) -> mx.array:
         def build(budget: int) -> tuple[bytes, mx.array]:
+            bits = self.automaton.allowed_bits(state, budget, width) if budget >= 0 else None
+            if bits is not None:
+                return allowed_bits_mask(bits, self.is_final(state), self.vocab)
             ids = self.automaton.allowed(state, budget) if budget >= 0 else np.zeros(0, dtype=np.int32)
             return allowed_mask(ids, self.is_final(state), self.vocab, width)
 

@@ -64,11 +64,16 @@ def _verdict(tok, g, schema, value, masks=True):
 
 def _same_masks(expanded, linked, rng, special, walks, steps, label):
     """Random walks (ordinary tokens only) see the same masks and the same final states."""
-    for _ in range(walks):
+    for walk in range(walks):
         se, sl = expanded.initial_state, linked.initial_state
         for _ in range(steps):
             me, ml = _mask(expanded, se, BIG), _mask(linked, sl, BIG)
             assert np.array_equal(me, ml), label
+            if walk == 0:  # the mask allows the tokens listed, class blocks included
+                listed = np.zeros(linked.vocab.size, dtype=bool)
+                listed[linked.automaton.allowed(sl, BIG)] = True
+                listed[[i for i in linked.vocab.eos_ids if linked.is_final(sl)]] = True
+                assert np.array_equal(ml, np.flatnonzero(listed)), label
             choices = [t for t in me.tolist() if t not in special]
             if not choices:
                 break

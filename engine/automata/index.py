@@ -484,16 +484,14 @@ def descend(trans: np.ndarray, trie: _Trie, nodes: np.ndarray, state: int, bound
 
 
 def token_row_hits(trans: np.ndarray, trie: _Trie, state: int, boundary: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One state's tokens and next states, as ``token_row``, and the trie nodes where a token's
-    bytes stand on a ``boundary`` state partway or at its end, with those states."""
+                   ) -> tuple[Block | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One state's tokens, as ``token_row`` (a block's next states are never on the boundary),
+    and the trie nodes where a token's bytes stand on a ``boundary`` state partway or at its end,
+    with those states."""
     hits: list = []
     _, tok, dst, blocks = token_edges(trans, trie, 1 << 62, (), np.array([state], dtype=np.int32), boundary, hits,
                                       twins=True)
-    if state in blocks:
-        ids, to = blocks[state].tokens()
-        tok, dst = np.concatenate([ids, tok]), np.concatenate([to, dst])
-    return (tok, dst) + _hits(hits)
+    return (blocks.get(state), tok, dst) + _hits(hits)
 
 
 def _hits(hits: list) -> tuple[np.ndarray, np.ndarray]:

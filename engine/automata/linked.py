@@ -29,12 +29,13 @@ from ..symbols import link_symbol
 from ..vocabulary import Vocab
 from .automaton import UNREACHABLE, bfs, sorted_unique
 from .byte_dfa import byte_dfa
-from .index import descend, token_edges, token_row_hits, vocabulary_trie
+from .index import Block, descend, token_edges, token_row_hits, vocabulary_trie
 from .lazy import shortest_path_table, single_steps
 
 MAX_STACK = 256  # nested calls one configuration may hold: a guard, the budget binds first
-WALKS = Cache("linked walks", 256 << 20, lambda r: sum(a.nbytes for a in r))  # by (key, part, state)
-EDGES = Cache("linked edges", 256 << 20, lambda r: r[0].nbytes + r[1].nbytes)  # by (key, configuration)
+WALKS = Cache("linked walks", 256 << 20, lambda r: sum(a.nbytes for a in r if a is not None))  # by (key, part, state)
+# by (key, configuration): (class block or None, the other tokens, their costs, the largest cost)
+EDGES = Cache("linked edges", 256 << 20, lambda r: r[1].nbytes + r[2].nbytes + (r[0].nbytes if r[0] else 0))
 CLOSURES = Cache("linked closures", 1 << 18)  # by (key, configuration)
 STACK_COSTS = Cache("linked stack costs", 1 << 18)  # by (key, return stack): the bounds of its returns
 
@@ -208,41 +209,56 @@ class LinkedAutomaton:
         return any(not stack and self.final[p][s] for stack, p, s in state)
 
     def is_complete(self, state: tuple) -> bool:
-        return self.is_final(state) and all(len(self.edges(c)[0]) == 0 for c in state)
+        return self.is_final(state) and all(e[0] is None and len(e[1]) == 0 for e in map(self.edges, state))
 
     # --- tokens ---------------------------------------------------------------------------
 
-    def edges(self, c: Config) -> tuple[np.ndarray, np.ndarray, int]:
-        """The tokens ``c`` may read, each with the cost of the configuration it ends in, and the
-        largest of those costs (-1 for none): budgets at or above it allow every token."""
+    def edges(self, c: Config) -> tuple[Block | None, np.ndarray, np.ndarray, int]:
+        """The tokens ``c`` may read: its class block (None when it has none, or when some block
+        token leads nowhere within reach: then its tokens are listed), the other tokens each with
+        the cost of the configuration it ends in, and the largest cost of all (-1 for none):
+        budgets at or above it allow every token."""
         def build():
             toks: list = []
             costs: list = []
-            self._read(c, self._walk(c[1], c[2]), toks, costs)
+            block = self._read(c, self._walk(c[1], c[2]), toks, costs)
+            cap = -1
+            if block is not None:
+                b = block.target_bounds(self.bound[c[1]])
+                if (b < UNREACHABLE).all():
+                    cap = int(b.max(initial=-1)) + self.stack_cost(c[0])
+                else:
+                    ids, to = block.tokens()
+                    toks.append(ids)
+                    costs.append(self.bound[c[1]][to].astype(np.int64) + self.stack_cost(c[0]))
+                    block = None
             tok, cost = np.concatenate(toks), np.concatenate(costs)
             live = cost < UNREACHABLE
             if not live.all():
                 tok, cost = tok[live], cost[live]
-            return tok, cost, int(cost.max(initial=-1))
+            return block, tok, cost, max(cap, int(cost.max(initial=-1)))
         return EDGES.get_or_build((self.key, c), build)
 
-    def _read(self, c: Config, walked: tuple, toks: list, costs: list) -> None:
+    def _read(self, c: Config, walked: tuple, toks: list, costs: list) -> Block | None:
         """Collect the tokens of one walk from ``c`` and follow every boundary it stood on into the
-        configurations entered there (the rest of the token read from that trie node on)."""
+        configurations entered there (the rest of the token read from that trie node on); returns
+        the walk's class block, whose tokens are not collected."""
         stack, p, _ = c
-        tok, dst, hit_node, hit_state = walked
+        block, tok, dst, hit_node, hit_state = walked
         toks.append(tok)
         costs.append(self.bound[p][dst].astype(np.int64) + self.stack_cost(stack))
-        if not len(hit_node):
-            return
-        trie = vocabulary_trie(self.vocab)
-        for u in sorted_unique(hit_state).tolist():
-            nodes = hit_node[hit_state == u]  # every token standing on u walks on together
-            for e in self.closure((stack, p, u))[1:]:
-                self._read(e, descend(self.trans[e[1]], trie, nodes, e[2], self.boundary[e[1]]), toks, costs)
+        if len(hit_node):
+            trie = vocabulary_trie(self.vocab)
+            for u in sorted_unique(hit_state).tolist():
+                nodes = hit_node[hit_state == u]  # every token standing on u walks on together
+                for e in self.closure((stack, p, u))[1:]:
+                    self._read(e, (None,) + descend(self.trans[e[1]], trie, nodes, e[2], self.boundary[e[1]]),
+                               toks, costs)
+        return block
 
     def _walk(self, p: int, s: int) -> tuple:
-        """Part ``p``'s tokens from state ``s``: (tokens, next states, boundary nodes, their states)."""
+        """Part ``p``'s tokens from state ``s``: (class block or None, tokens, next states, boundary
+        nodes, their states)."""
         return WALKS.get_or_build((self.key, p, s), lambda: token_row_hits(
             self.trans[p], vocabulary_trie(self.vocab), s, self.boundary[p]))
 
@@ -251,10 +267,26 @@ class LinkedAutomaton:
         token may appear twice when two configurations read it)."""
         parts = []
         for c in state:
-            toks, costs, cap = self.edges(c)
+            block, toks, costs, cap = self.edges(c)
+            if block is not None:
+                ids, to = block.tokens()
+                parts.append(ids if budget >= cap else ids[self.bound[c[1]][to] + self.stack_cost(c[0]) <= budget])
             parts.append(toks if budget >= cap else toks[costs <= budget])
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
+    def allowed_bits(self, state: tuple, budget: int, width: int) -> np.ndarray | None:
+        """The allowed tokens below ``width`` as bools when ``budget`` allows every token and some
+        configuration has a class block (looked up by cell, not listed); else None."""
+        edges = [self.edges(c) for c in state]
+        if all(e[0] is None for e in edges) or any(budget < e[3] for e in edges):
+            return None
+        bits = np.zeros(width, dtype=bool)
+        for block, toks, _, _ in edges:
+            if block is not None:
+                bits |= block.bits(width)
+            bits[toks[toks < width]] = True
+        return bits
+
     def cap(self, state: tuple) -> int:
         """The largest budget that can still change this state's mask."""
-        return max([0] + [self.edges(c)[2] for c in state])
+        return max([0] + [self.edges(c)[3] for c in state])

@@ -85,6 +85,13 @@ def allowed_mask(ids: np.ndarray, final: bool, vocab: Vocab, width: int) -> tupl
     return shared_mask(ids if len(ids) else np.asarray(vocab.eos_ids[:1], dtype=np.int32), width)
 
 
+def allowed_bits_mask(bits: np.ndarray, final: bool, vocab: Vocab) -> tuple[bytes, mx.array]:
+    """``allowed_mask`` of the tokens given as bools, one per logit (``bits`` is changed)."""
+    if final:
+        bits[[i for i in vocab.eos_ids if i < len(bits)]] = True
+    return bits_mask(bits)
+
+
 def eos_mask(vocab: Vocab, width: int) -> mx.array:
     """The row that allows only the vocabulary's first end-of-sequence token below ``width``."""
     return MASKS.get_or_build((vocab.fingerprint, "eos", width), lambda: additive_mask(
