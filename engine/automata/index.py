@@ -11,6 +11,7 @@ in one precomputed block (see _Run). The result is the same automaton as outline
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,8 @@ MIN_RUN_BYTES = 16  # a state looping on fewer ASCII bytes is walked token by to
 TRIES = Cache("vocabulary tries", 512 << 20, lambda t: t.nbytes, per_vocabulary=True)
 RUNS = Cache("character-class runs", 256, per_vocabulary=True)  # by (vocabulary fingerprint, character class)
 ROW_CLASSES = Cache("row classes", 1 << 14)  # by the shape of one state's row: the classes to try
+# by (id(trans), id(run), state, twins): a chain's maps as its previous state left them (_chain_maps)
+CHAINS = Cache("chain maps", 1 << 12)
 TRIE_LOCK = threading.Lock()  # one trie build at a time (it takes seconds and much memory)
 
 
@@ -316,30 +319,54 @@ def _chain_maps(trans: np.ndarray, run: _Run, state: int, twins: bool) -> np.nda
     """For a state that steps like the class from one state of a chain to the next, the class-state
     maps along the chain: row j maps each class state to the DFA state after j whole characters.
     The chain either outlasts the longest class token or ends in a state that takes no class
-    character (only whole characters end there). None when ``state`` does not step like that."""
+    character (only whole characters end there). None when ``state`` does not step like that.
+
+    A chain's next state shares all rows but the last (a string read on visits its states in
+    order), so each call leaves the next state's rows in CHAINS, checked but for one new row."""
     n = trans.shape[0] - 1
     if run.one_byte < 0:
         return None
-    longest = int(max(run.j.max(initial=0), run.exit_j.max(initial=0)))
-    chain = np.empty(longest + 2, dtype=np.int32)
-    chain[0] = state
-    for i in range(longest + 1):
-        chain[i + 1] = trans[chain[i], run.one_byte]
-    m = np.full((longest + 1, run.trans.shape[0] - 1), n, dtype=np.int32)
-    m[:, 0] = chain[:-1]
-    for a, b, d in run.tree.tolist():
-        m[:, d] = trans[m[:, a], b]
-    e = run.edges
-    got = trans[m[:, e[:, 0]], e[:, 1]]
-    want = np.where(e[:, 2] == 0, chain[1:, None], m[:, e[:, 2]])
-    steps = _alike(trans, got, want, twins).all(axis=1)
+    found = CHAINS.get((id(trans), id(run), state, twins))
+    if found is not None and found[0]() is trans and found[1] is run:
+        chain, m, steps = found[2:]
+    else:
+        chain = [state]
+        for _ in range(len(run.present)):
+            chain.append(int(trans[chain[-1], run.one_byte]))
+        chain = np.asarray(chain, dtype=np.int32)
+        m = _chain_rows(trans, run, chain[:-1])
+        steps = _chain_steps(trans, run, m, chain[1:], twins)
+    if chain[1] != state:
+        nxt = np.append(chain[1:], trans[chain[-1], run.one_byte]).astype(np.int32)
+        row = _chain_rows(trans, run, nxt[-2:-1])
+        CHAINS.put((id(trans), id(run), int(chain[1]), twins),
+                   (weakref.ref(trans), run, nxt, np.concatenate([m[1:], row]),
+                    np.append(steps[1:], _chain_steps(trans, run, row, nxt[-1:], twins))))
     if steps.all():
         return m
     end = int(np.argmin(steps))
-    if end == 0 or (got[end] != n).any() or chain[end] == chain[end - 1]:
+    if end == 0 or (trans[m[end, run.edges[:, 0]], run.edges[:, 1]] != n).any() or chain[end] == chain[end - 1]:
         return None
+    m = m[:end + 1].copy()
     m[end, 1:] = n
-    return m[:end + 1]
+    return m
+
+
+def _chain_rows(trans: np.ndarray, run: _Run, starts: np.ndarray) -> np.ndarray:
+    """Per chain state in ``starts``, the DFA state each class state of one character reaches."""
+    m = np.full((len(starts), run.trans.shape[0] - 1), trans.shape[0] - 1, dtype=np.int32)
+    m[:, 0] = starts
+    for a, b, d in run.tree.tolist():
+        m[:, d] = trans[m[:, a], b]
+    return m
+
+
+def _chain_steps(trans: np.ndarray, run: _Run, m: np.ndarray, nexts: np.ndarray, twins: bool) -> np.ndarray:
+    """Per row of ``m``, whether every class edge steps as the class does, a whole character
+    landing on the chain's next state (``nexts``)."""
+    e = run.edges
+    want = np.where(e[:, 2] == 0, nexts[:, None], m[:, e[:, 2]])
+    return _alike(trans, trans[m[:, e[:, 0]], e[:, 1]], want, twins).all(axis=1)
 
 
 def _hex(byte_values: np.ndarray) -> str:
