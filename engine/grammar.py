@@ -11,8 +11,8 @@ import jsonschema
 import mlx.core as mx
 import numpy as np
 
-from .automata import (LazyAutomaton, MaskTable, allowed_bits_mask, allowed_mask, compile_linked, compile_regex, counters,
-                       eos_mask, new_owner, shared_mask, state_mask)
+from .automata import (LazyAutomaton, MaskTable, allowed_bits_mask, allowed_mask, compile_linked, compile_regex,
+                       counters, eos_mask, new_owner, shared_mask, state_mask)
 from .automata.builders import DEFAULT_TIMEOUT
 from .automata.compile import MAX_REGEX_CHARS
 from .caches import Cache

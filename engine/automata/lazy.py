@@ -10,8 +10,8 @@ The price is some slack at the edge: ``min_tokens`` is the initial state's bound
 true minimum (the gap is measured in tests/test_lazy.py). A state's tokens come from walking
 the vocabulary's trie from that state alone (index.token_row), cached by content. A state that
 loops on a character class (a string's inside) or counts its characters (a bounded string) keeps
-that class's tokens as a reference (index.Block), not as a vocabulary-wide list: its mask starts
-from the class's row, shared by every such state, plus the tokens that leave the class.
+that class's tokens as a reference (index.Block), not as a vocabulary-wide list: its mask is one
+lookup per token id in the block's small table, plus the tokens that leave the class.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from .index import Block, token_edges, token_row, vocabulary_trie
 ROWS = Cache("token rows", 256 << 20, lambda r: r[1].nbytes + r[2].nbytes + (r[0].nbytes if r[0] else 0))
 # the same with the block's tokens listed, for callers that want every token
 LISTED_ROWS = Cache("listed token rows", 256 << 20, lambda r: r[0].nbytes + r[1].nbytes)
-
 
 
 def lazy_tables(regex: str, vocab: Vocab, macro: tuple[str, int] | None = None

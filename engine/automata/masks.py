@@ -1,7 +1,7 @@
 """Additive float32 masks (0 allowed, -inf banned), built once per content and shared by every grammar.
 
-float32, not float16: half the memory, but on the CPU backend adding a float16 row to float32
-logits costs ~0.3 ms a step (the conversion), 3x the add itself."""
+Not float16: that would halve the memory a new row faults in, but on the CPU backend adding a
+float16 row to float32 logits costs ~0.3 ms a step (the conversion), 3x the add itself."""
 
 from __future__ import annotations
 
@@ -135,9 +135,7 @@ class MaskTable:
             return m
         bits = self.a.allowed_bits(state, left - 1, self.width) if left > 0 else None
         if bits is not None:
-            if self.a.final[state]:
-                bits[self.eos] = True
-            digest, m = bits_mask(bits)
+            digest, m = allowed_bits_mask(bits, bool(self.a.final[state]), self.vocab)
         else:
             ids = self.allowed(state, left)
             if len(ids) == 0:
