@@ -166,6 +166,10 @@ class LinkedAutomaton:
     def cost(self, c: Config) -> int:
         return int(self.bound[c[1]][c[2]]) + self.stack_cost(c[0])
 
+    def costs(self, c: Config, states: np.ndarray) -> np.ndarray:
+        """``cost`` of the configurations ``c``'s stack and part make with each of ``states``."""
+        return self.bound[c[1]][states].astype(np.int64) + self.stack_cost(c[0])
+
     def closure(self, c: Config) -> tuple:
         """``c`` and the configurations it reaches without a byte: calls and returns."""
         got = CLOSURES.get((self.key, c))
@@ -230,7 +234,7 @@ class LinkedAutomaton:
                 else:
                     ids, to = block.tokens()
                     toks.append(ids)
-                    costs.append(self.bound[c[1]][to].astype(np.int64) + self.stack_cost(c[0]))
+                    costs.append(self.costs(c, to))
                     block = None
             tok, cost = np.concatenate(toks), np.concatenate(costs)
             live = cost < UNREACHABLE
@@ -246,7 +250,7 @@ class LinkedAutomaton:
         stack, p, _ = c
         block, tok, dst, hit_node, hit_state = walked
         toks.append(tok)
-        costs.append(self.bound[p][dst].astype(np.int64) + self.stack_cost(stack))
+        costs.append(self.costs(c, dst))
         if len(hit_node):
             trie = vocabulary_trie(self.vocab)
             for u in sorted_unique(hit_state).tolist():
@@ -270,7 +274,7 @@ class LinkedAutomaton:
             block, toks, costs, cap = self.edges(c)
             if block is not None:
                 ids, to = block.tokens()
-                parts.append(ids if budget >= cap else ids[self.bound[c[1]][to] + self.stack_cost(c[0]) <= budget])
+                parts.append(ids if budget >= cap else ids[self.costs(c, to) <= budget])
             parts.append(toks if budget >= cap else toks[costs <= budget])
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
