@@ -228,6 +228,7 @@ def build_vocab(tokenizer: Any, *, size: int | None = None, eos_ids: list[int] |
         name=getattr(hf, "name_or_path", ""),
         dropped=tuple(dropped),
     )
+    out.texts  # every step reads a token's text: built with the vocabulary, not at a request's first step
     if cacheable:
         try:
             VOCABS.put(tokenizer, out)

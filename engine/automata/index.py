@@ -31,6 +31,8 @@ RUNS = Cache("character-class runs", 256, per_vocabulary=True)  # by (vocabulary
 ROW_CLASSES = Cache("row classes", 1 << 14)  # by the shape of one state's row: the classes to try
 # by (id(trans), id(run), state, twins): a chain's maps as its previous state left them (_chain_maps)
 CHAINS = Cache("chain maps", 1 << 12)
+# by (id(run), width, the cells allowed): a class's allowed tokens as bools (Block.bits), with the run
+CLASS_BITS = Cache("class token bits", 64 << 20, lambda v: v[1].nbytes)
 TRIE_LOCK = threading.Lock()  # one trie build at a time (it takes seconds and much memory)
 
 
@@ -38,13 +40,13 @@ TRIE_LOCK = threading.Lock()  # one trie build at a time (it takes seconds and m
 class _Trie:
     """The vocabulary's token strings as a byte trie (node 0 is the root).
 
-    ``child[coff[n]:coff[n+1]]`` are node n's children, ``byte[c]`` the byte leading to child c,
+    Nodes ``coff[n]+1 .. coff[n+1]`` are node n's children (breadth-first numbering by parent puts
+    them together), ``byte[c]`` the byte leading to child c,
     ``ids[eoff[n]:eoff[n+1]]`` the token ids whose bytes end exactly at node n.
     Nodes are numbered breadth first: ``doff[d]:doff[d+1]`` are the nodes d bytes deep.
     ``node_of_id[i]`` is the node token i ends at (the node count when i has no text).
     """
 
-    child: np.ndarray
     coff: np.ndarray
     byte: np.ndarray
     ids: np.ndarray
@@ -56,7 +58,7 @@ class _Trie:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.child, self.coff, self.byte, self.ids, self.eoff, self.parent,
+        return sum(a.nbytes for a in (self.coff, self.byte, self.ids, self.eoff, self.parent,
                                       self.doff, self.node_of_id))
 
 
@@ -95,8 +97,7 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
         order = np.argsort(end[:, 0], kind="stable")
         node_of_id = np.full(int(end[:, 1].max(initial=-1)) + 1, n, dtype=np.int32)  # n: no node
         node_of_id[end[:, 1]] = end[:, 0]
-        got = _Trie(child=(np.argsort(parent[1:], kind="stable") + 1).astype(np.int32),
-                    coff=np.concatenate([[0], np.cumsum(np.bincount(parent[1:], minlength=n))]),
+        got = _Trie(coff=np.concatenate([[0], np.cumsum(np.bincount(parent[1:], minlength=n))]),
                     byte=byte[old], ids=end[order, 1].astype(np.int32),
                     eoff=np.concatenate([[0], np.cumsum(np.bincount(end[:, 0], minlength=n))]),
                     parent=parent, doff=doff, node_of_id=node_of_id, key=vocab.fingerprint)
@@ -218,7 +219,15 @@ class Block:
         return bound[self.table[self.live]]
 
     def bits(self, width: int) -> np.ndarray:
-        """The allowed class tokens below ``width`` as bools (one lookup per token id, no list)."""
+        """The allowed class tokens below ``width`` as bools (one lookup per token id, no list),
+        a fresh copy: blocks allowing the same cells of one class share the lookup."""
+        key = (id(self.run), width, np.packbits(self.live).tobytes())
+        found = CLASS_BITS.get(key)
+        if found is None:
+            found = CLASS_BITS.put(key, (self.run, self._bits(width)))
+        return found[1].copy() if found[0] is self.run else self._bits(width)
+
+    def _bits(self, width: int) -> np.ndarray:
         cell = self.run.token_cell[:width]
         out = np.append(self.live.reshape(-1), False)[cell]
         if len(cell) < width:
@@ -306,6 +315,8 @@ def _classes_of(find, trans: np.ndarray, states: np.ndarray) -> list[tuple[np.nd
         return find(trans, states)
     s, n = int(states[0]), trans.shape[0] - 1
     row = trans[s]
+    if np.count_nonzero(row[:128] != n) < MIN_RUN_BYTES:  # a structural state: neither finder finds one
+        return []
     _, rank = np.unique(row, return_inverse=True)
     key = (find.__name__, np.packbits(row == s).tobytes(), np.packbits(row == n).tobytes(),
            rank.astype(np.uint8).tobytes())
@@ -477,18 +488,24 @@ def _walk(trans: np.ndarray, trie: _Trie, src: np.ndarray, node: np.ndarray, cur
     parts, total = [], 0
     while len(src):
         owner, pos = ranges(node, trie.eoff)
-        parts.append((src[owner], trie.ids[pos], cur[owner]))
-        total += len(owner)
-        if total > max_edges:
-            raise CompileError(f"the token automaton exceeds {max_edges} transitions")
+        if len(owner):
+            parts.append((src[owner], trie.ids[pos], cur[owner]))
+            total += len(owner)
+            if total > max_edges:
+                raise CompileError(f"the token automaton exceeds {max_edges} transitions")
         if boundary is not None:
             at = boundary[cur]
             hits.append((src[at], node[at], cur[at]))
-        owner, pos = ranges(node, trie.coff)
-        child = trie.child[pos]
-        nxt = trans[cur[owner], trie.byte[child]]
-        alive = nxt != n
-        src, node, cur = src[owner[alive]], child[alive], nxt[alive]
+        if len(node) == 1:  # a literal's bytes: one node's children, a slice
+            lo, hi = int(trie.coff[node[0]]) + 1, int(trie.coff[node[0] + 1]) + 1
+            nxt = trans[cur[0], trie.byte[lo:hi]]
+            alive = np.flatnonzero(nxt != n)
+            src, node, cur = np.repeat(src, len(alive)), (alive + lo).astype(np.int32), nxt[alive]
+        else:
+            owner, pos = ranges(node, trie.coff)
+            nxt = trans[cur[owner], trie.byte[pos + 1]]
+            alive = nxt != n
+            src, node, cur = src[owner[alive]], (pos[alive] + 1).astype(np.int32), nxt[alive]
     return parts
 
 
@@ -498,7 +515,7 @@ def descend(trans: np.ndarray, trie: _Trie, nodes: np.ndarray, state: int, bound
     already read): (tokens, next states, boundary nodes, their states), as ``token_row_hits``."""
     n = trans.shape[0] - 1
     _, pos = ranges(nodes, trie.coff)
-    child = trie.child[pos]
+    child = (pos + 1).astype(np.int32)
     cur = trans[state, trie.byte[child]]
     alive = cur != n
     hits: list = []
@@ -531,7 +548,7 @@ def _hits(hits: list) -> tuple[np.ndarray, np.ndarray]:
 def _root_children(trie: _Trie) -> np.ndarray:
     """The trie node each byte leads to from the root (-1 where no token starts with it)."""
     out = np.full(256, -1, dtype=np.int32)
-    children = trie.child[trie.coff[0]:trie.coff[1]]
+    children = np.arange(trie.coff[0] + 1, trie.coff[1] + 1)
     out[trie.byte[children]] = children
     return out
 
