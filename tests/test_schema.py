@@ -39,6 +39,17 @@ def test_integer_ranges_are_exact(lo, hi):
         assert bool(rx.fullmatch(str(n))) == inside, (schema, n)
 
 
+@pytest.mark.parametrize("lo, hi", [(-10**15 + 1, 10**15 - 1), (0, 10**9), (7, 10**6 - 1), (-10**12, -3), (99, 10**5)])
+def test_wide_integer_ranges_are_exact(lo, hi):
+    """Bounds many digits wide (whole lengths share one branch): exact at and around every power of ten."""
+    rx = py_regex(schema_to_regex({"type": "integer", "minimum": lo, "maximum": hi}).regex)
+    for k in range(17):
+        for n in (10**k - 1, 10**k, 10**k + 1, 2 * 10**k, lo - 1, lo, lo + 1, hi - 1, hi, hi + 1):
+            for v in (n, -n):
+                assert bool(rx.fullmatch(str(v))) == (lo <= v <= hi), (lo, hi, v)
+    assert not rx.fullmatch("0" + str(hi)) and not rx.fullmatch("-0")
+
+
 numbers = st.decimals(min_value=-300, max_value=300, places=3, allow_nan=False, allow_infinity=False)
 
 

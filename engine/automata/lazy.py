@@ -60,14 +60,24 @@ def single_steps(trans: np.ndarray, single_bytes: np.ndarray, symbols: list[tupl
     keep[:, 1:] &= step[:, 1:] != step[:, :-1]
     src, dst = [np.repeat(np.arange(n, dtype=np.int32), keep.sum(axis=1))], [step[keep]]
     if symbols and (trans[:n, symbols[0][0][0]] != n).any():
+        by_length: dict[int, list[bytes]] = {}
         for text, _ in symbols:
-            cur = np.arange(n, dtype=np.int32)
-            for b in text:
-                cur = trans[cur, b]
-            ok = np.flatnonzero(cur != n).astype(np.int32)
-            src.append(ok)
-            dst.append(cur[ok])
+            by_length.setdefault(len(text), []).append(text)
+        # every state by every symbol of one length at once, a block of states at a time
+        # (some vocabularies have hundreds of symbols)
+        for texts in by_length.values():
+            spelled = np.frombuffer(b"".join(texts), dtype=np.uint8).reshape(len(texts), -1)
+            for lo in range(0, n, SYMBOL_BLOCK):
+                cur = np.repeat(np.arange(lo, min(n, lo + SYMBOL_BLOCK), dtype=np.int32)[:, None], len(texts), axis=1)
+                for b in spelled.T:
+                    cur = trans[cur, b]
+                row, _ = np.nonzero(cur != n)
+                src.append((row + lo).astype(np.int32))
+                dst.append(cur[cur != n])
     return np.concatenate(src), np.concatenate(dst)
+
+
+SYMBOL_BLOCK = 4096  # states stepped through every symbol together
 
 
 SHORTCUTS = 3  # distinct next states per state whose shortest-path tokens are walked

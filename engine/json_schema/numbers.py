@@ -25,14 +25,21 @@ def _digits_range(lo: str, hi: str) -> str:
 
 
 def _nonneg_int_range(lo: int, hi: int | None) -> str:
-    """Regex for integers lo..hi (hi None: unbounded), lo >= 0, no leading zeros."""
-    parts = []
+    """Regex for integers lo..hi (hi None: unbounded), lo >= 0, no leading zeros. Lengths of
+    more than one digit taken whole share one branch (``[1-9][0-9]{1,14}``, not fourteen): the
+    regex, and outlines-core's time to build its DFA, stay small for wide bounds."""
+    parts, whole = [], []
     top = hi if hi is not None else 10 ** len(str(lo)) - 1
     for n in range(len(str(lo)), len(str(top)) + 1):
         a = max(lo, 10 ** (n - 1) if n > 1 else 0)
         b = min(top, 10**n - 1)
-        if a <= b:
+        if n > 1 and a == 10 ** (n - 1) and b == 10**n - 1:
+            whole.append(n - 1)  # the lengths in between are whole, so these run on
+        elif a <= b:
             parts.append(_digits_range(str(a), str(b)))
+    if whole:
+        reps = f"{whole[0]}" if len(whole) == 1 else f"{whole[0]},{whole[-1]}"
+        parts.append(f"[1-9][0-9]{{{reps}}}")
     if hi is None:
         parts.append(f"[1-9][0-9]{{{len(str(lo))},}}")
     return alternation(parts)
