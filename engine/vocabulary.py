@@ -105,7 +105,9 @@ class Vocab:
         """The same vocabulary with other end-of-sequence ids."""
         if eos_ids == self.eos_ids:
             return self
-        return Vocab(self.token_bytes, self.special, eos_ids, self.size, self.name, self.dropped)
+        out = Vocab(self.token_bytes, self.special, eos_ids, self.size, self.name, self.dropped)
+        out.texts  # as in build_vocab: the texts are built with the vocabulary (symbols depend on eos_ids)
+        return out
 
     @cached_property
     def outlines_map(self) -> dict[bytes, list[int]]:

@@ -197,8 +197,6 @@ def distances(offsets: np.ndarray, targets: np.ndarray, final: np.ndarray) -> np
     return bfs(dst, src, np.flatnonzero(final), n)
 
 
-
-
 def ranges(starts: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each i, the positions offsets[starts[i]]..offsets[starts[i]+1]-1: (owner i, position)."""
     if len(starts) == 1:  # a walk narrowed to one trie node or state (a literal's bytes): no array work

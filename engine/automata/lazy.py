@@ -50,6 +50,9 @@ def lazy_tables(regex: str, vocab: Vocab, macro: tuple[str, int] | None = None
     return trans, final, bound
 
 
+SYMBOL_BLOCK = 4096  # states stepped through every symbol together (single_steps)
+
+
 def single_steps(trans: np.ndarray, single_bytes: np.ndarray, symbols: list[tuple[bytes, int]]
                   ) -> tuple[np.ndarray, np.ndarray]:
     """The (state, next state) pairs one single-byte token or one whole symbol makes; a pair may
@@ -75,9 +78,6 @@ def single_steps(trans: np.ndarray, single_bytes: np.ndarray, symbols: list[tupl
                 src.append((row + lo).astype(np.int32))
                 dst.append(cur[cur != n])
     return np.concatenate(src), np.concatenate(dst)
-
-
-SYMBOL_BLOCK = 4096  # states stepped through every symbol together
 
 
 SHORTCUTS = 3  # distinct next states per state whose shortest-path tokens are walked
