@@ -82,6 +82,9 @@ class Vocab:
     name: str = ""
     dropped: tuple[int, ...] = field(default=())  # ordinary ids that could forge a symbol
 
+    def __post_init__(self) -> None:
+        self.texts  # every step reads a token's text: built with the vocabulary, not at a request's first step
+
     def symbol(self, text: str) -> str:
         """The one-character stand-in for the added token ``text`` in a regex."""
         try:
@@ -105,9 +108,7 @@ class Vocab:
         """The same vocabulary with other end-of-sequence ids."""
         if eos_ids == self.eos_ids:
             return self
-        out = Vocab(self.token_bytes, self.special, eos_ids, self.size, self.name, self.dropped)
-        out.texts  # as in build_vocab: the texts are built with the vocabulary (symbols depend on eos_ids)
-        return out
+        return Vocab(self.token_bytes, self.special, eos_ids, self.size, self.name, self.dropped)
 
     @cached_property
     def outlines_map(self) -> dict[bytes, list[int]]:
@@ -230,7 +231,6 @@ def build_vocab(tokenizer: Any, *, size: int | None = None, eos_ids: list[int] |
         name=getattr(hf, "name_or_path", ""),
         dropped=tuple(dropped),
     )
-    out.texts  # every step reads a token's text: built with the vocabulary, not at a request's first step
     if cacheable:
         try:
             VOCABS.put(tokenizer, out)

@@ -40,8 +40,8 @@ TRIE_LOCK = threading.Lock()  # one trie build at a time (it takes seconds and m
 class _Trie:
     """The vocabulary's token strings as a byte trie (node 0 is the root).
 
-    Nodes ``coff[n]+1 .. coff[n+1]`` are node n's children (breadth-first numbering by parent puts
-    them together), ``byte[c]`` the byte leading to child c,
+    Nodes ``coff[n]`` to ``coff[n+1]-1`` are node n's children (breadth-first numbering by parent
+    puts them together), ``byte[c]`` the byte leading to child c,
     ``ids[eoff[n]:eoff[n+1]]`` the token ids whose bytes end exactly at node n.
     Nodes are numbered breadth first: ``doff[d]:doff[d+1]`` are the nodes d bytes deep.
     ``node_of_id[i]`` is the node token i ends at (the node count when i has no text).
@@ -97,7 +97,7 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
         order = np.argsort(end[:, 0], kind="stable")
         node_of_id = np.full(int(end[:, 1].max(initial=-1)) + 1, n, dtype=np.int32)  # n: no node
         node_of_id[end[:, 1]] = end[:, 0]
-        got = _Trie(coff=np.concatenate([[0], np.cumsum(np.bincount(parent[1:], minlength=n))]),
+        got = _Trie(coff=np.concatenate([[1], 1 + np.cumsum(np.bincount(parent[1:], minlength=n))]),
                     byte=byte[old], ids=end[order, 1].astype(np.int32),
                     eoff=np.concatenate([[0], np.cumsum(np.bincount(end[:, 0], minlength=n))]),
                     parent=parent, doff=doff, node_of_id=node_of_id, key=vocab.fingerprint)
@@ -220,12 +220,13 @@ class Block:
 
     def bits(self, width: int) -> np.ndarray:
         """The allowed class tokens below ``width`` as bools (one lookup per token id, no list),
-        a fresh copy: blocks allowing the same cells of one class share the lookup."""
+        a fresh copy: blocks allowing the same cells of one class share the lookup (the entry
+        holds its run, so the run's id in the key stays its own)."""
         key = (id(self.run), width, np.packbits(self.live).tobytes())
         found = CLASS_BITS.get(key)
         if found is None:
             found = CLASS_BITS.put(key, (self.run, self._bits(width)))
-        return found[1].copy() if found[0] is self.run else self._bits(width)
+        return found[1].copy()
 
     def _bits(self, width: int) -> np.ndarray:
         cell = self.run.token_cell[:width]
@@ -496,16 +497,10 @@ def _walk(trans: np.ndarray, trie: _Trie, src: np.ndarray, node: np.ndarray, cur
         if boundary is not None:
             at = boundary[cur]
             hits.append((src[at], node[at], cur[at]))
-        if len(node) == 1:  # a literal's bytes: one node's children, a slice
-            lo, hi = int(trie.coff[node[0]]) + 1, int(trie.coff[node[0] + 1]) + 1
-            nxt = trans[cur[0], trie.byte[lo:hi]]
-            alive = np.flatnonzero(nxt != n)
-            src, node, cur = np.repeat(src, len(alive)), (alive + lo).astype(np.int32), nxt[alive]
-        else:
-            owner, pos = ranges(node, trie.coff)
-            nxt = trans[cur[owner], trie.byte[pos + 1]]
-            alive = nxt != n
-            src, node, cur = src[owner[alive]], (pos[alive] + 1).astype(np.int32), nxt[alive]
+        owner, child = ranges(node, trie.coff)
+        nxt = trans[cur[owner], trie.byte[child]]
+        alive = nxt != n
+        src, node, cur = src[owner[alive]], child[alive], nxt[alive]
     return parts
 
 
@@ -514,8 +509,7 @@ def descend(trans: np.ndarray, trie: _Trie, nodes: np.ndarray, state: int, bound
     """The tokens below the trie ``nodes`` read on from DFA state ``state`` (the nodes' own bytes
     already read): (tokens, next states, boundary nodes, their states), as ``token_row_hits``."""
     n = trans.shape[0] - 1
-    _, pos = ranges(nodes, trie.coff)
-    child = (pos + 1).astype(np.int32)
+    _, child = ranges(nodes, trie.coff)
     cur = trans[state, trie.byte[child]]
     alive = cur != n
     hits: list = []
@@ -548,7 +542,7 @@ def _hits(hits: list) -> tuple[np.ndarray, np.ndarray]:
 def _root_children(trie: _Trie) -> np.ndarray:
     """The trie node each byte leads to from the root (-1 where no token starts with it)."""
     out = np.full(256, -1, dtype=np.int32)
-    children = np.arange(trie.coff[0] + 1, trie.coff[1] + 1)
+    children = np.arange(trie.coff[0], trie.coff[1])
     out[trie.byte[children]] = children
     return out
 

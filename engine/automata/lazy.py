@@ -74,9 +74,9 @@ def single_steps(trans: np.ndarray, single_bytes: np.ndarray, symbols: list[tupl
                 cur = np.repeat(np.arange(lo, min(n, lo + SYMBOL_BLOCK), dtype=np.int32)[:, None], len(texts), axis=1)
                 for b in spelled.T:
                     cur = trans[cur, b]
-                row, _ = np.nonzero(cur != n)
-                src.append((row + lo).astype(np.int32))
-                dst.append(cur[cur != n])
+                ok = cur != n
+                src.append((np.nonzero(ok)[0] + lo).astype(np.int32))
+                dst.append(cur[ok])
     return np.concatenate(src), np.concatenate(dst)
 
 
