@@ -5,7 +5,7 @@ feeds of the last 200 reasoning tokens at each length (the cost a reasoning mode
 late in a long turn), and check that both parsers send the same deltas. Then a call whose JSON
 arguments hold N tokens of code in a string (a coding agent writing a file): the feeds of the
 last 200 argument tokens. Then the same call in qwen3_coder's XML parameters, the code as the
-text parameter's value.
+text parameter's value, streamed as it grows.
 
     python benchmarks/bench_stream.py     # writes benchmarks/RESULTS_STREAM.md
 """
@@ -119,7 +119,7 @@ def main() -> int:
               f"last {WINDOW} argument tokens.", ""]
     lines += table("argument tokens", call_rows)
     lines += ["", "The same call in qwen3_coder's XML parameters: N tokens of code as the text parameter's value "
-              f"(sent whole once it closes); times of the feeds of the last {WINDOW} value tokens.", ""]
+              f"(sent as it grows: each token a JSON string fragment); times of the feeds of the last {WINDOW} value tokens.", ""]
     lines += table("value tokens", xml_rows)
     (ROOT / "benchmarks" / "RESULTS_STREAM.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -22,6 +22,15 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     global FULL
     FULL = config.getoption("--full")
+    config.addinivalue_line("markers", "full_only: a long check run only with --full, where a lighter one stands "
+                                       "in by default (reported as deselected, not skipped)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not FULL:
+        long = [item for item in items if "full_only" in item.keywords]
+        config.hook.pytest_deselected(items=long)
+        items[:] = [item for item in items if "full_only" not in item.keywords]
 
 
 def scale(light: int, full: int) -> int:

@@ -500,19 +500,21 @@ XML_CALLS = {  # a write_file call whose text parameter is BODY, in each XML-par
 
 
 @pytest.mark.parametrize("family", sorted(XML_CALLS))
-def test_long_xml_parameter_values_stream_without_rereading(family):
-    """A call whose XML parameter value runs long (qwen3_coder, GLM): the deltas equal the
-    reference reading, and the value's tokens are read without re-reading the output; a value
-    holding the closer's first character ('<' in qwen3_coder) is re-read from there, still exact."""
+def test_long_xml_parameter_values_stream_as_they_grow(family):
+    """A call whose raw XML parameter value runs long (qwen3_coder, GLM): the deltas equal the
+    reference reading; the value is sent in fragments as its tokens come (not whole once it
+    closes), each fragment a piece of the JSON string, without re-reading the output, also when
+    the value holds the closer's first character ('<' in qwen3_coder) or ends in newlines."""
     tok = load_tokenizer(TOKENIZER_OF[family])
     g = compile_tools(tok, WRITE_FILE, format=family)
     plain = "def f(x):\n    return {'a': [x, 2]}  # braces } ] and \"quotes\"\n" * 40
-    for body, flat in ((plain, True), ("if a <b: pass\n" + plain, family != "qwen3_coder")):
+    for body in (plain, "if a <b: pass\n" + plain, plain + "\n\n\nend"):
         ids = tok.encode(XML_CALLS[family].format(body=body.strip()), add_special_tokens=False)
         fast, got = streamed_both_ways(g, ids)
         arguments = json.loads(accumulate_deltas(got)["tool_calls"][0]["function"]["arguments"])
         assert arguments == {"path": "a.py", "text": body.strip()}
-        if flat:
-            assert fast.rereads < len(ids) // 20, (fast.rereads, len(ids))
-        else:
-            assert fast.rereads > len(ids) // 2, (fast.rereads, len(ids))
+        fragments = [c["function"]["arguments"] for d in got for c in d["tool_calls"] if "id" not in c]
+        body_tokens = len(tok.encode(body.strip(), add_special_tokens=False))
+        assert len(fragments) > body_tokens // 2, (len(fragments), body_tokens)
+        assert max(map(len, fragments)) < 40, max(fragments, key=len)
+        assert fast.rereads < len(ids) // 20, (fast.rereads, len(ids))

@@ -66,14 +66,21 @@ class Parser:
              for key, (value, raw) in c.values.items()}
             for c in calls
         ]
-        # for streaming XML parameters: each call's parameter openings (the text before a value),
-        # and the first non-blank character of the fixed text closing a value: a parameter
-        # completes only once that character comes after its value begins
+        # for streaming XML parameters: the fixed text closing a value and its first non-blank
+        # character (a parameter completes only once that character comes after its value
+        # begins), each call's parameter openings (the text before a value), and the keys whose
+        # values are free raw text, sent as they grow (a JSON value or an enum is sent closed)
         param = fmt.rules.get("parameter")
-        self.value_stop = self._closer(param, "PARAM_VALUE").strip()[:1] if param is not None else ""
+        self.value_closer = self._closer(param, "PARAM_VALUE") if param is not None else ""
+        self.value_stop = self.value_closer.strip()[:1]
         self.value_openers = [
-            regex.compile(py_regex("|".join(f"(?:{self._parameter_regex(key, None)})" for key in c.values)),
-                          regex.DOTALL) if c.values and self.value_stop else None
+            {key: regex.compile(py_regex(self._parameter_regex(key, None)), regex.DOTALL) for key in c.values}
+            if self.value_stop else {}
+            for c in calls
+        ]
+        self.raw_streamed = [
+            {key for key, (_, raw) in c.values.items()
+             if raw and not {"enum", "const"} & (c.tool.parameters.get("properties") or {}).get(key, {}).keys()}
             for c in calls
         ]
         reasoning = fmt.rules.get("reasoning")
@@ -212,10 +219,11 @@ class Parser:
             return ("{" + body if body else ""), pos
         return "{" + body + "}", pos
 
-    def open_call(self, text: str) -> tuple[int, dict, str, bool] | None:
-        """An unfinished call at the start of ``text``: (tool index, head groups, arguments so far,
-        whether the text ends inside an XML parameter's value that no token without
-        ``value_stop`` or a special token can complete), once its tool is certain; None before that."""
+    def open_call(self, text: str) -> tuple[int, dict, str, OpenValue | None] | None:
+        """An unfinished call at the start of ``text``, once its tool is certain: (tool index, head
+        groups, arguments so far, the XML parameter value the text ends inside, if any); None
+        before that. A free raw value is part of the arguments so far, up to what may still be
+        its closer."""
         found = [(ti, m) for ti, pattern in enumerate(self.patterns)
                  if (m := pattern.fullmatch(text, partial=True)) is not None]
         if len(found) != 1:
@@ -225,16 +233,48 @@ class Parser:
             return None  # a longer name may still follow
         head = self.heads[ti].match(text)
         if head is None:
-            return ti, m.groupdict(), "", False
+            return ti, m.groupdict(), "", None
         rest = text[head.end():]
         if self.arguments[ti] is None:
             arguments, end = self._parameters(ti, rest, partial=True)
-            opener = self.value_openers[ti].match(rest, end) if self.value_openers[ti] is not None else None
-            inside = opener is not None and self.value_stop not in rest[opener.end():] \
-                and not self.has_symbol(rest[opener.end():])
-            return ti, head.groupdict(), arguments, inside
+            return (ti, head.groupdict(), *self._open_value(ti, rest, end, arguments))
         am = self.arguments[ti].match(rest, partial=True)
-        return ti, head.groupdict(), rest[:am.end()] if am is not None else "", False
+        return ti, head.groupdict(), rest[:am.end()] if am is not None else "", None
+
+    def _open_value(self, ti: int, rest: str, end: int, arguments: str) -> tuple[str, OpenValue | None]:
+        """Call ``ti``'s arguments so far (``arguments``: its complete parameters, which end at
+        ``end`` in ``rest``) and the value ``rest`` ends inside, if any."""
+        for key, opener in self.value_openers[ti].items():
+            m = opener.match(rest, end)
+            if m is None:
+                continue
+            value = rest[m.end():]
+            if key in self.raw_streamed[ti]:
+                held = value_held(value, self.value_closer)
+                sent = json.dumps(value[:len(value) - len(held)], ensure_ascii=False)[:-1]
+                head = arguments + ", " if arguments else "{"
+                return f"{head}{json.dumps(key, ensure_ascii=False)}: {sent}", OpenValue(True, held)
+            if self.value_stop not in value and not self.has_symbol(value):
+                return arguments, OpenValue(False)
+            return arguments, None
+        return arguments, None
+
+
+@dataclass
+class OpenValue:
+    """The streamed text ends inside an XML parameter's value. ``streamed``: a free raw string,
+    whose text is sent as it grows, all but ``held`` (its end that may yet be the closer's start)."""
+
+    streamed: bool
+    held: str = ""
+
+
+def value_held(value: str, closer: str) -> str:
+    """The longest end of ``value`` that the value's ``closer`` starts with: not yet the value's."""
+    for k in range(min(len(value), len(closer)), 0, -1):
+        if value.endswith(closer[:k]):
+            return value[-k:]
+    return ""
 
 
 def _starts_with_symbol(fmt: Format, node: Any) -> bool:

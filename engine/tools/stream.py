@@ -6,7 +6,9 @@ special token in them just extend that text: no regex runs, so the cost per toke
 however long the reasoning grows. Likewise inside a call's JSON arguments: a token that leaves the
 arguments' object open is sent as an arguments fragment as it is (a small scanner keeps the
 object's depth); inside an XML parameter's value (qwen3_coder, GLM), a token that cannot close it
-changes nothing to send, as a parameter is sent whole once closed. Anything else (a special
+is sent as JSON string text when the value is free raw text (its end held back while it may still
+be the closer's start), and changes nothing to send otherwise (a JSON value or an enum is sent once
+its parameter closes). Anything else (a special
 token, the arguments closing, a format whose calls begin with ordinary text) re-reads the output
 with the parser's regexes, which are the reference: ``incremental=False`` always takes that path.
 """
@@ -14,10 +16,11 @@ with the parser's regexes, which are the reference: ``incremental=False`` always
 from __future__ import annotations
 
 import codecs
+import json
 from typing import Any
 
 from ..errors import GenerationError
-from .parser import Parser, call_id
+from .parser import OpenValue, Parser, call_id, value_held
 
 
 class StreamParser:
@@ -41,7 +44,7 @@ class StreamParser:
         self._backlog = ""  # text decoded while waiting for the rest of a character, not yet read
         self.rereads = 0  # feeds that re-read the whole output (the rest only extended free text)
         self._args: _JsonDepth | None = None  # inside the open call's JSON arguments, all sent
-        self._value = False  # inside an XML parameter's value: nothing to send until it closes
+        self._value: OpenValue | None = None  # inside an XML parameter's value
 
     def _append(self, token_ids: list[int]) -> str:
         """Decode ``token_ids`` onto the text; returns what they added."""
@@ -71,8 +74,8 @@ class StreamParser:
                 index = len(self.calls) - 1
                 self.calls[index]["arguments"] += new
                 return [{"tool_calls": [{"index": index, "function": {"arguments": new}}]}]
-            if self._value and self.p.value_stop not in new:
-                return []  # the value grows; its parameter is sent whole once it closes
+            if self._value is not None and self.p.value_stop not in self._value.held + new:
+                return self._value_grows(new) if self._value.streamed else []  # others are sent closed
         return self._reread()
 
     def _extend(self, role: str, new: str) -> list[dict]:
@@ -92,7 +95,7 @@ class StreamParser:
         text = self.text
         self._region = None
         self._args = None
-        self._value = False
+        self._value = None
         self.rereads += 1
         m = self.p.top.fullmatch(text, partial=True)
         if m is None:
@@ -141,6 +144,18 @@ class StreamParser:
                     if depth.stays_open(arguments):
                         self._args = depth  # the text ends inside the arguments' object
         return deltas
+
+    def _value_grows(self, new: str) -> list[dict]:
+        """A free raw value grew by ``new`` (which cannot close it): send it as JSON string text,
+        all but the end that may still turn out to be the closer's start."""
+        value = self._value.held + new
+        self._value.held = value_held(value, self.p.value_closer)
+        fragment = json.dumps(value[:len(value) - len(self._value.held)], ensure_ascii=False)[1:-1]
+        if not fragment:
+            return []
+        index = len(self.calls) - 1
+        self.calls[index]["arguments"] += fragment
+        return [{"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}]
 
     def _send(self, index: int, cid: str, name: str, arguments: str) -> list[dict]:
         """The header of call ``index`` (once) and whatever its arguments grew by."""
