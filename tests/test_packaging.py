@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-import conftest
 
 from engine.tools import FAMILIES
 
