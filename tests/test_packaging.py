@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-
 from engine.tools import FAMILIES
 
 
