@@ -401,3 +401,42 @@ def test_a_failing_processor_ends_only_its_own_request():
         scheduler.close()
     assert ends["bad"][0] == "error" and "broke" in str(ends["bad"][1])
     assert ends["a"][0] == ends["b"][0] == "length"
+
+
+def test_unseeded_requests_share_a_sampler_and_seeded_ones_keep_their_draws():
+    """Requests without a seed at one temperature share one sampler (mlx-lm then samples their
+    rows in one call); a seeded request draws the same tokens alone or beside them."""
+    import mlx.core as mx
+
+    from engine.server.scheduler import Job, Scheduler
+    from engine.server.protocol import sampler
+
+    assert sampler(0.7, 0.9, None) is sampler(0.7, 0.9, None)
+    assert sampler(0.7, 0.9, None) is not sampler(0.7, 1.0, None)
+    assert sampler(0.7, 0.9, 1) is not sampler(0.7, 0.9, 1)
+    assert sampler(0.7, 0.9, None)(mx.zeros((3, 10))).shape == (3,)
+    model, tokenizer = load_default_model()
+    ids = tokenizer.encode("Hello")
+
+    def seeded_tokens(neighbours: int) -> list[int]:
+        tokens: dict[str, list[int]] = {}
+        ended = threading.Semaphore(0)
+
+        def job(name, seed):
+            out = tokens.setdefault(name, [])
+            return Job(ids, 20, sampler(1.0, 1.0, seed), [], [], lambda t: out.append(t) or False,
+                       lambda reason, error: ended.release())
+
+        scheduler = Scheduler(model)
+        try:
+            scheduler.submit(job("seeded", 11))
+            for k in range(neighbours):
+                scheduler.submit(job(f"free{k}", None))
+            for _ in range(neighbours + 1):
+                assert ended.acquire(timeout=60)
+        finally:
+            scheduler.close()
+        return tokens["seeded"]
+
+    alone = seeded_tokens(0)
+    assert len(alone) == 20 and seeded_tokens(2) == alone

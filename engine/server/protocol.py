@@ -8,6 +8,7 @@ of 0) are accepted.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -236,11 +237,22 @@ def read_request(body: Any) -> Plan:
 
 def sampler(temperature: float, top_p: float, seed: int | None):
     """Greedy at temperature 0; otherwise sampling with its own random key when ``seed`` is given,
-    so a request's draws do not depend on the others in the batch."""
+    so a request's draws do not depend on the others in the batch. Requests without a seed share
+    one sampler per (temperature, top_p): mlx-lm samples a batch whose rows share a sampler in one
+    call instead of one call per row."""
+    if temperature == 0 or seed is None:
+        return _shared_sampler(temperature, top_p)
+    return _sampler(temperature, top_p, [mx.random.key(seed)])
+
+
+@functools.lru_cache(maxsize=64)
+def _shared_sampler(temperature: float, top_p: float):
     if temperature == 0:
         return lambda logprobs: mx.argmax(logprobs, axis=-1)
-    key = [mx.random.key(seed)] if seed is not None else None
+    return _sampler(temperature, top_p, None)
 
+
+def _sampler(temperature: float, top_p: float, key: list | None):
     def sample(logprobs: mx.array) -> mx.array:
         if top_p < 1:
             logprobs = apply_top_p(logprobs, top_p)
