@@ -7,7 +7,7 @@ through each server (unconstrained), and through ours a required tool call and a
 (constrained). The model is a random-weight Qwen3-architecture model with the real Qwen3
 vocabulary (written to a temporary folder; `--model` for another).
 
-    python benchmarks/bench_server.py [--clients 1,4,16] [--requests 4] [--max-tokens 64]
+    python benchmarks/bench_server.py [--clients 1,4,16] [--requests 4] [--max-tokens 64] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -87,17 +88,20 @@ async def one(client: httpx.AsyncClient, url: str, body: dict) -> tuple[float | 
     return (first if first is not None else time.perf_counter() - t), tokens
 
 
-async def load(url: str, body: dict, clients: int, requests: int) -> dict:
+async def load(url: str, body: dict, clients: int, requests: int, server: psutil.Process) -> dict:
+    cpu = server.cpu_times()
     async with httpx.AsyncClient(timeout=600) as client:
         async def worker():
             return [await one(client, url, body) for _ in range(requests)]
         t = time.perf_counter()
         done = await asyncio.gather(*(worker() for _ in range(clients)))
         wall = time.perf_counter() - t
+    used = server.cpu_times()
     ttft = [f for w in done for f, _ in w if f is not None]
     tokens = sum(n for w in done for _, n in w)
     return {"tokens_per_s": tokens / wall, "ttft_p50": pct(ttft, 50), "ttft_p99": pct(ttft, 99), "tokens": tokens,
-            "wall": wall, "failed": sum(f is None for w in done for f, _ in w)}
+            "wall": wall, "failed": sum(f is None for w in done for f, _ in w),
+            "cpu_per_token": (used.user + used.system - cpu.user - cpu.system) / max(tokens, 1)}
 
 
 def main() -> None:
@@ -106,7 +110,7 @@ def main() -> None:
     ap.add_argument("--clients", default="1,4,16")
     ap.add_argument("--requests", type=int, default=4, help="requests per client, one after another")
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=2, help="rounds; the servers alternate within each")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds; the servers and modes alternate within each")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS_SERVER.md"))
     args = ap.parse_args()
     folder = args.model or str(write_random_model(SHARED / "tokenizers" / "qwen3", tempfile.mkdtemp(), vocab_size=151936))
@@ -116,20 +120,23 @@ def main() -> None:
                  ours_port)
     theirs = start([env_python, "-m", "mlx_lm.server", "--model", folder, "--port", str(theirs_port)], theirs_port)
     urls = {"toolgate": f"http://127.0.0.1:{ours_port}", "mlx_lm.server": f"http://127.0.0.1:{theirs_port}"}
+    procs = {"toolgate": psutil.Process(ours.pid), "mlx_lm.server": psutil.Process(theirs.pid)}
+    runs = [("toolgate", m) for m in MODES] + [("mlx_lm.server", "unconstrained")]
     rows = {}
     try:
         base = {"model": folder, "messages": PROMPT, "max_tokens": args.max_tokens, "temperature": 1.0,
                 "stream": True, "stream_options": {"include_usage": True}}
-        runs = [("toolgate", m) for m in MODES] + [("mlx_lm.server", "unconstrained")]
         for server, mode in runs:  # warm-up: compiles and first visits
-            asyncio.run(load(urls[server], {**base, **MODES[mode]}, 1, 1))
+            asyncio.run(load(urls[server], {**base, **MODES[mode]}, 1, 1, procs[server]))
         for clients in [int(c) for c in args.clients.split(",")]:
-            for _ in range(args.rounds):
-                for server, mode in runs:
-                    got = asyncio.run(load(urls[server], {**base, **MODES[mode]}, clients, args.requests))
+            for r in range(args.rounds):
+                order = runs if r % 2 == 0 else runs[::-1]  # neither end of a round always goes first
+                for server, mode in order:
+                    got = asyncio.run(load(urls[server], {**base, **MODES[mode]}, clients, args.requests, procs[server]))
                     rows.setdefault((clients, server, mode), []).append(got)
                     log(f"  {clients} clients, {server}, {mode}: {got['tokens_per_s']:.1f} tok/s, "
-                        f"TTFT p50 {got['ttft_p50'] * 1e3:.0f} ms, {got['failed']} failed")
+                        f"TTFT p50 {got['ttft_p50'] * 1e3:.0f} ms, {got['cpu_per_token'] * 1e3:.1f} CPU ms/token, "
+                        f"{got['failed']} failed")
     finally:
         ours.kill()
         theirs.kill()
@@ -138,25 +145,33 @@ def main() -> None:
              f"{os.uname().sysname}, {os.cpu_count()} cores, CPU backend. Model: "
              f"{'random-weight Qwen3 architecture (hidden 64, 2 layers) with the real Qwen3 vocabulary (151,936)' if not args.model else args.model}. "
              f"Each client streams {args.requests} requests of up to {args.max_tokens} tokens one after another "
-             f"(temperature 1); all clients start together; {args.rounds} rounds, the servers and modes alternating "
-             "within each; the table gives the median round. Tokens are those each response's usage reports; "
-             "time to first token is to the first chunk with text or a call.", "",
-             "| clients | server | mode | tokens/s | vs our unconstrained | vs mlx_lm.server | TTFT p50 ms | TTFT p99 ms | failed requests |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"(temperature 1); all clients start together; {args.rounds} rounds, each running every server and mode "
+             "once (in reverse order every other round). Ratios are taken within each round (the runs of one round "
+             "are minutes apart, the rounds further) and the table gives their median and range over the rounds; "
+             "tokens/s, time to first token and the server process's CPU time per token are medians over the rounds. "
+             "Tokens are those each response's usage reports; time to first token is to the first chunk with text "
+             "or a call.", "",
+             "| clients | server | mode | tokens/s | vs our unconstrained (range) | vs mlx_lm.server (range) "
+             "| server CPU ms / token | TTFT p50 ms | TTFT p99 ms | failed requests |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for clients in [int(c) for c in args.clients.split(",")]:
-        med = {}
-        for server, mode in [("toolgate", m) for m in MODES] + [("mlx_lm.server", "unconstrained")]:
+        ref, peer = rows[(clients, "toolgate", "unconstrained")], rows[(clients, "mlx_lm.server", "unconstrained")]
+        for server, mode in runs:
             got = rows[(clients, server, mode)]
-            med[(server, mode)] = {k: statistics.median(g[k] for g in got) for k in got[0] if k != "failed"}
-            med[(server, mode)]["failed"] = sum(g["failed"] for g in got)
-        ref, peer = med[("toolgate", "unconstrained")]["tokens_per_s"], med[("mlx_lm.server", "unconstrained")]["tokens_per_s"]
-        for (server, mode), m in med.items():
-            lines.append(f"| {clients} | {server} | {mode} | {m['tokens_per_s']:.1f} | {m['tokens_per_s'] / ref:.3f} | "
-                         f"{m['tokens_per_s'] / peer:.3f} | {m['ttft_p50'] * 1e3:.0f} | {m['ttft_p99'] * 1e3:.0f} | "
-                         f"{m['failed']} of {args.rounds * clients * args.requests} |")
+            ours_ratio = [g["tokens_per_s"] / u["tokens_per_s"] for g, u in zip(got, ref)]
+            peer_ratio = [g["tokens_per_s"] / u["tokens_per_s"] for g, u in zip(got, peer)]
+            med = {k: statistics.median(g[k] for g in got) for k in ("tokens_per_s", "ttft_p50", "ttft_p99", "cpu_per_token")}
+            lines.append(
+                f"| {clients} | {server} | {mode} | {med['tokens_per_s']:.1f} | {_spread(ours_ratio)} | "
+                f"{_spread(peer_ratio)} | {med['cpu_per_token'] * 1e3:.1f} | {med['ttft_p50'] * 1e3:.0f} | "
+                f"{med['ttft_p99'] * 1e3:.0f} | {sum(g['failed'] for g in got)} of {args.rounds * clients * args.requests} |")
     text = "\n".join(lines) + "\n"
     Path(args.out).write_text(text)
     print(text)
+
+
+def _spread(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 if __name__ == "__main__":

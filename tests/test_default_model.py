@@ -33,7 +33,7 @@ def test_the_shipped_model_is_the_one_loaded(monkeypatch):
 
 
 def test_a_short_training_run_learns(tmp_path):
-    manifest = dm.train_default_model(tmp_path / "model", steps=26, dialogues=200, progress=False)
+    manifest = dm.train_default_model(tmp_path / "model", steps=26, dialogues=200, batch=4, progress=False)
     assert manifest["loss_last"] < manifest["loss_first"] / 3, manifest["loss_every_100"]
     for name, want in manifest["files"].items():
         assert (tmp_path / "model" / name).stat().st_size == want["bytes"]
