@@ -110,6 +110,7 @@ class CallSpec:
     pieces: list[Piece]
     holes: dict[str, str]  # ARGUMENTS or PARAMETERS -> its regex
     values: dict[str, tuple[str, bool]]  # parameter -> (value regex, is a raw string)
+    free_raw: set[str] = field(default_factory=set)  # parameters whose value is any raw text (no enum)
     unenforced: list[tuple[str, str]] = field(default_factory=list)  # (where, keyword)
 
     def items(self) -> list:
@@ -216,6 +217,8 @@ def _parameters_regex(spec: CallSpec, fmt: Format, fill_symbols, strict: bool, w
         value = _value_regex(spec, fmt, key, sub, strict, whitespace)
         raw = isinstance(sub, dict) and sub.get("type") == "string" and "RAW_STRING" in fmt.patterns
         spec.values[key] = (value, raw)
+        if raw and not {"enum", "const"} & sub.keys():
+            spec.free_raw.add(key)
 
         def fill(n, key=key, value=value):
             got = fill_symbols(n)

@@ -68,19 +68,13 @@ class Parser:
         ]
         # for streaming XML parameters: the fixed text closing a value and its first non-blank
         # character (a parameter completes only once that character comes after its value
-        # begins), each call's parameter openings (the text before a value), and the keys whose
-        # values are free raw text, sent as they grow (a JSON value or an enum is sent closed)
+        # begins), and each call's parameter openings (the text before a value)
         param = fmt.rules.get("parameter")
         self.value_closer = self._closer(param, "PARAM_VALUE") if param is not None else ""
         self.value_stop = self.value_closer.strip()[:1]
         self.value_openers = [
             {key: regex.compile(py_regex(self._parameter_regex(key, None)), regex.DOTALL) for key in c.values}
             if self.value_stop else {}
-            for c in calls
-        ]
-        self.raw_streamed = [
-            {key for key, (_, raw) in c.values.items()
-             if raw and not {"enum", "const"} & (c.tool.parameters.get("properties") or {}).get(key, {}).keys()}
             for c in calls
         ]
         reasoning = fmt.rules.get("reasoning")
@@ -249,7 +243,7 @@ class Parser:
             if m is None:
                 continue
             value = rest[m.end():]
-            if key in self.raw_streamed[ti]:
+            if key in self.calls[ti].free_raw:
                 held = value_held(value, self.value_closer)
                 sent = json.dumps(value[:len(value) - len(held)], ensure_ascii=False)[:-1]
                 head = arguments + ", " if arguments else "{"
