@@ -3,11 +3,15 @@ repository, and every `$ toolgate ...` example, whose shown output must be what 
 (ids and timings aside)."""
 
 import json
+import os
 import re
 import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from engine.cli import main
 
@@ -65,14 +69,41 @@ def test_every_console_example_prints_what_the_readme_shows(capsys):
             assert comparable(json.loads(got.out)) == comparable(json.loads("\n".join(out_lines))), command
 
 
-def test_the_install_and_run_command_in_a_fresh_copy(tmp_path):
-    """The first command, exactly as written, in a copy of the tracked files (its own .venv)."""
+def fresh_copy(tmp_path: Path) -> Path:
+    """A copy of the repository's tracked files, nothing else."""
     copy = tmp_path / "repo"
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
     for name in filter(None, files.decode().split("\0")):
         if (ROOT / name).is_file():
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             (copy / name).write_bytes((ROOT / name).read_bytes())
+    return copy
+
+
+def test_the_run_command_answers_from_a_fresh_copy(tmp_path):
+    """The default run's stand-in for the test below (CI's own first step is the same install,
+    `python3 -m venv .venv && . .venv/bin/activate && pip install -e`, from nothing): the first
+    command's run part, exactly as written, answers from a copy of the tracked files alone, its
+    package imported from the copy."""
+    command = bash_blocks()[0].splitlines()[-1]
+    install, run = command.rsplit(" && ", 1)
+    assert install == "python3 -m venv .venv && . .venv/bin/activate && pip install -e ."
+    assert "pip install -q -e '.[test]'" in (ROOT / ".ci" / "run").read_text()
+    copy = fresh_copy(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(copy), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    where = subprocess.run([sys.executable, "-c", "import engine; print(engine.__file__)"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(where).is_relative_to(copy), where
+    got = subprocess.run(["bash", "-c", run], cwd=copy, env=env, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-3000:]
+    call = last_json(got.stdout)["tool_calls"][0]["function"]
+    assert (call["name"], json.loads(call["arguments"])) == ("get_weather", {"city": "Paris"})
+
+
+@pytest.mark.full_only  # two minutes: a fresh venv installs everything; by default, the stand-in above
+def test_the_install_and_run_command_in_a_fresh_copy(tmp_path):
+    """The first command, exactly as written, in a copy of the tracked files (its own .venv)."""
+    copy = fresh_copy(tmp_path)
     command = bash_blocks()[0].splitlines()[-1]
     t = time.perf_counter()
     got = subprocess.run(["bash", "-c", command], cwd=copy, capture_output=True, text=True, timeout=900)
