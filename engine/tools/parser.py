@@ -244,10 +244,9 @@ class Parser:
                 continue
             value = rest[m.end():]
             if key in self.calls[ti].free_raw:
-                held = value_held(value, self.value_closer)
-                sent = json.dumps(value[:len(value) - len(held)], ensure_ascii=False)[:-1]
+                fragment, held = raw_fragment(value, self.value_closer)
                 head = arguments + ", " if arguments else "{"
-                return f"{head}{json.dumps(key, ensure_ascii=False)}: {sent}", OpenValue(True, held)
+                return f'{head}{json.dumps(key, ensure_ascii=False)}: "{fragment}', OpenValue(True, held)
             if self.value_stop not in value and not self.has_symbol(value):
                 return arguments, OpenValue(False)
             return arguments, None
@@ -263,12 +262,12 @@ class OpenValue:
     held: str = ""
 
 
-def value_held(value: str, closer: str) -> str:
-    """The longest end of ``value`` that the value's ``closer`` starts with: not yet the value's."""
-    for k in range(min(len(value), len(closer)), 0, -1):
-        if value.endswith(closer[:k]):
-            return value[-k:]
-    return ""
+def raw_fragment(value: str, closer: str) -> tuple[str, str]:
+    """A raw value's text as it stands: (all of it but its end that may yet be the start of its
+    ``closer``, as JSON string text without quotes, as ``_parameters`` quotes the whole value;
+    that end)."""
+    held = next((value[-k:] for k in range(min(len(value), len(closer)), 0, -1) if value.endswith(closer[:k])), "")
+    return json.dumps(value[:len(value) - len(held)], ensure_ascii=False)[1:-1], held
 
 
 def _starts_with_symbol(fmt: Format, node: Any) -> bool:

@@ -16,11 +16,10 @@ with the parser's regexes, which are the reference: ``incremental=False`` always
 from __future__ import annotations
 
 import codecs
-import json
 from typing import Any
 
 from ..errors import GenerationError
-from .parser import OpenValue, Parser, call_id, value_held
+from .parser import OpenValue, Parser, call_id, raw_fragment
 
 
 class StreamParser:
@@ -71,11 +70,12 @@ class StreamParser:
             if self._region is not None:
                 return self._extend(self._region, new)
             if self._args is not None and self._args.stays_open(new):
-                index = len(self.calls) - 1
-                self.calls[index]["arguments"] += new
-                return [{"tool_calls": [{"index": index, "function": {"arguments": new}}]}]
+                return self._arguments_grow(new)
             if self._value is not None and self.p.value_stop not in self._value.held + new:
-                return self._value_grows(new) if self._value.streamed else []  # others are sent closed
+                if not self._value.streamed:
+                    return []  # a JSON value or an enum: sent once its parameter closes
+                fragment, self._value.held = raw_fragment(self._value.held + new, self.p.value_closer)
+                return self._arguments_grow(fragment)
         return self._reread()
 
     def _extend(self, role: str, new: str) -> list[dict]:
@@ -145,12 +145,8 @@ class StreamParser:
                         self._args = depth  # the text ends inside the arguments' object
         return deltas
 
-    def _value_grows(self, new: str) -> list[dict]:
-        """A free raw value grew by ``new`` (which cannot close it): send it as JSON string text,
-        all but the end that may still turn out to be the closer's start."""
-        value = self._value.held + new
-        self._value.held = value_held(value, self.p.value_closer)
-        fragment = json.dumps(value[:len(value) - len(self._value.held)], ensure_ascii=False)[1:-1]
+    def _arguments_grow(self, fragment: str) -> list[dict]:
+        """The open call's arguments grew by ``fragment`` (sent as it is)."""
         if not fragment:
             return []
         index = len(self.calls) - 1
