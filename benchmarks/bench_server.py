@@ -7,13 +7,14 @@ through each server (unconstrained), and through ours a required tool call and a
 (constrained). The model is a random-weight Qwen3-architecture model with the real Qwen3
 vocabulary (written to a temporary folder; `--model` for another).
 
-    python benchmarks/bench_server.py [--clients 1,4,16] [--requests 4] [--max-tokens 64] [--rounds 3]
+    python benchmarks/bench_server.py [--clients 1,4,16] [--requests 24] [--max-tokens 64] [--rounds 4]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import socket
@@ -90,16 +91,21 @@ async def one(client: httpx.AsyncClient, url: str, body: dict) -> tuple[float | 
 
 async def load(url: str, body: dict, clients: int, requests: int, server: psutil.Process) -> dict:
     cpu = server.cpu_times()
+    # one pool of ``requests`` requests, at most ``clients`` in flight (vLLM's --max-concurrency): a
+    # client whose response ended early takes the next request, so the batch stays full until the pool
+    # runs dry whatever the responses' lengths (with a chain of requests per client, a mode whose
+    # valid responses end early left slots idle at the end and read as slower generation)
+    pool = itertools.count()
     async with httpx.AsyncClient(timeout=600) as client:
         async def worker():
-            return [await one(client, url, body) for _ in range(requests)]
+            return [await one(client, url, body) for _ in iter(lambda: next(pool) < requests, False)]
         t = time.perf_counter()
         done = await asyncio.gather(*(worker() for _ in range(clients)))
         wall = time.perf_counter() - t
     used = server.cpu_times()
     ttft = [f for w in done for f, _ in w if f is not None]
     tokens = sum(n for w in done for _, n in w)
-    return {"tokens_per_s": tokens / wall, "ttft_p50": pct(ttft, 50), "ttft_p99": pct(ttft, 99), "tokens": tokens,
+    return {"tokens_per_response": tokens / max(1, sum(len(w) for w in done)), "tokens_per_s": tokens / wall, "ttft_p50": pct(ttft, 50), "ttft_p99": pct(ttft, 99), "tokens": tokens,
             "wall": wall, "failed": sum(f is None for w in done for f, _ in w),
             "cpu_per_token": (used.user + used.system - cpu.user - cpu.system) / max(tokens, 1)}
 
@@ -108,9 +114,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", help="model folder (default: a random-weight model with the Qwen3 vocabulary)")
     ap.add_argument("--clients", default="1,4,16")
-    ap.add_argument("--requests", type=int, default=4, help="requests per client, one after another")
+    ap.add_argument("--requests", type=int, default=24, help="requests per run, from one pool")
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=3, help="rounds; the servers and modes alternate within each")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds; the servers and modes alternate within each")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS_SERVER.md"))
     args = ap.parse_args()
     folder = args.model or str(write_random_model(SHARED / "tokenizers" / "qwen3", tempfile.mkdtemp(), vocab_size=151936))
@@ -136,6 +142,7 @@ def main() -> None:
                     rows.setdefault((clients, server, mode), []).append(got)
                     log(f"  {clients} clients, {server}, {mode}: {got['tokens_per_s']:.1f} tok/s, "
                         f"TTFT p50 {got['ttft_p50'] * 1e3:.0f} ms, {got['cpu_per_token'] * 1e3:.1f} CPU ms/token, "
+                        f"{got['tokens_per_response']:.1f} tokens/response, "
                         f"{got['failed']} failed")
     finally:
         ours.kill()
@@ -144,27 +151,30 @@ def main() -> None:
              f"Command: `python benchmarks/bench_server.py {' '.join(sys.argv[1:])}`. Machine: {os.uname().machine}, "
              f"{os.uname().sysname}, {os.cpu_count()} cores, CPU backend. Model: "
              f"{'random-weight Qwen3 architecture (hidden 64, 2 layers) with the real Qwen3 vocabulary (151,936)' if not args.model else args.model}. "
-             f"Each client streams {args.requests} requests of up to {args.max_tokens} tokens one after another "
-             f"(temperature 1); all clients start together; {args.rounds} rounds, each running every server and mode "
+             f"Each run streams {args.requests} requests of up to {args.max_tokens} tokens (temperature 1) from one "
+             "pool with at most the given number of clients in flight: a client takes the next request as soon as "
+             f"its response ends, so a mode whose responses end early keeps the batch as full; {args.rounds} rounds, each running every server and mode "
              "once (in reverse order every other round). Ratios are taken within each round (the runs of one round "
              "are minutes apart, the rounds further) and the table gives their median and range over the rounds; "
              "tokens/s, time to first token and the server process's CPU time per token are medians over the rounds. "
              "Tokens are those each response's usage reports; time to first token is to the first chunk with text "
              "or a call.", "",
              "| clients | server | mode | tokens/s | vs our unconstrained (range) | vs mlx_lm.server (range) "
-             "| server CPU ms / token | TTFT p50 ms | TTFT p99 ms | failed requests |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| server CPU ms / token | TTFT p50 ms | TTFT p99 ms | tokens / response | failed requests |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for clients in [int(c) for c in args.clients.split(",")]:
         ref, peer = rows[(clients, "toolgate", "unconstrained")], rows[(clients, "mlx_lm.server", "unconstrained")]
         for server, mode in runs:
             got = rows[(clients, server, mode)]
             ours_ratio = [g["tokens_per_s"] / u["tokens_per_s"] for g, u in zip(got, ref)]
             peer_ratio = [g["tokens_per_s"] / u["tokens_per_s"] for g, u in zip(got, peer)]
-            med = {k: statistics.median(g[k] for g in got) for k in ("tokens_per_s", "ttft_p50", "ttft_p99", "cpu_per_token")}
+            med = {k: statistics.median(g[k] for g in got) for k in ("tokens_per_s", "ttft_p50", "ttft_p99", "cpu_per_token",
+                                                                 "tokens_per_response")}
             lines.append(
                 f"| {clients} | {server} | {mode} | {med['tokens_per_s']:.1f} | {_spread(ours_ratio)} | "
                 f"{_spread(peer_ratio)} | {med['cpu_per_token'] * 1e3:.1f} | {med['ttft_p50'] * 1e3:.0f} | "
-                f"{med['ttft_p99'] * 1e3:.0f} | {sum(g['failed'] for g in got)} of {args.rounds * clients * args.requests} |")
+                f"{med['ttft_p99'] * 1e3:.0f} | {med['tokens_per_response']:.1f} | "
+                f"{sum(g['failed'] for g in got)} of {args.rounds * args.requests} |")
     text = "\n".join(lines) + "\n"
     Path(args.out).write_text(text)
     print(text)
