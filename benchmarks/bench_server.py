@@ -98,15 +98,18 @@ async def load(url: str, body: dict, clients: int, requests: int, server: psutil
     pool = itertools.count()
     async with httpx.AsyncClient(timeout=600) as client:
         async def worker():
-            return [await one(client, url, body) for _ in iter(lambda: next(pool) < requests, False)]
+            got = []
+            while next(pool) < requests:
+                got.append(await one(client, url, body))
+            return got
         t = time.perf_counter()
         done = await asyncio.gather(*(worker() for _ in range(clients)))
         wall = time.perf_counter() - t
     used = server.cpu_times()
     ttft = [f for w in done for f, _ in w if f is not None]
     tokens = sum(n for w in done for _, n in w)
-    return {"tokens_per_response": tokens / max(1, sum(len(w) for w in done)), "tokens_per_s": tokens / wall, "ttft_p50": pct(ttft, 50), "ttft_p99": pct(ttft, 99), "tokens": tokens,
-            "wall": wall, "failed": sum(f is None for w in done for f, _ in w),
+    return {"tokens_per_s": tokens / wall, "ttft_p50": pct(ttft, 50), "ttft_p99": pct(ttft, 99), "tokens": tokens,
+            "tokens_per_response": tokens / max(1, sum(len(w) for w in done)), "wall": wall, "failed": sum(f is None for w in done for f, _ in w),
             "cpu_per_token": (used.user + used.system - cpu.user - cpu.system) / max(tokens, 1)}
 
 
@@ -153,9 +156,9 @@ def main() -> None:
              f"{'random-weight Qwen3 architecture (hidden 64, 2 layers) with the real Qwen3 vocabulary (151,936)' if not args.model else args.model}. "
              f"Each run streams {args.requests} requests of up to {args.max_tokens} tokens (temperature 1) from one "
              "pool with at most the given number of clients in flight: a client takes the next request as soon as "
-             f"its response ends, so a mode whose responses end early keeps the batch as full; {args.rounds} rounds, each running every server and mode "
-             "once (in reverse order every other round). Ratios are taken within each round (the runs of one round "
-             "are minutes apart, the rounds further) and the table gives their median and range over the rounds; "
+             "its response ends, so a mode whose responses end early keeps the batch as full; "
+             f"{args.rounds} rounds, each running every server and mode once (in reverse order every other "
+             "round). Ratios are taken within each round (the runs of one round are minutes apart, the rounds further) and the table gives their median and range over the rounds; "
              "tokens/s, time to first token and the server process's CPU time per token are medians over the rounds. "
              "Tokens are those each response's usage reports; time to first token is to the first chunk with text "
              "or a call.", "",
@@ -168,8 +171,8 @@ def main() -> None:
             got = rows[(clients, server, mode)]
             ours_ratio = [g["tokens_per_s"] / u["tokens_per_s"] for g, u in zip(got, ref)]
             peer_ratio = [g["tokens_per_s"] / u["tokens_per_s"] for g, u in zip(got, peer)]
-            med = {k: statistics.median(g[k] for g in got) for k in ("tokens_per_s", "ttft_p50", "ttft_p99", "cpu_per_token",
-                                                                 "tokens_per_response")}
+            med = {k: statistics.median(g[k] for g in got)
+                   for k in ("tokens_per_s", "ttft_p50", "ttft_p99", "cpu_per_token", "tokens_per_response")}
             lines.append(
                 f"| {clients} | {server} | {mode} | {med['tokens_per_s']:.1f} | {_spread(ours_ratio)} | "
                 f"{_spread(peer_ratio)} | {med['cpu_per_token'] * 1e3:.1f} | {med['ttft_p50'] * 1e3:.0f} | "
