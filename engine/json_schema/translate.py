@@ -55,13 +55,32 @@ def key_except(names: list[str]) -> str | None:
             node = node.setdefault(ch, {})
         node[""] = {}  # a name ends here
 
-    def below(node: dict) -> str:
-        kids = sorted(c for c in node if c)
+    def stop(node: dict) -> list[str]:
+        """Prefixes of names, themselves no name: the key ends there."""
+        kids = sorted(c for c in node if c and _plain(c))  # others need escapes
         alts = [] if "" in node else [""]
-        alts.append(f'[^"\\\\\\x00-\\x1F{SPECIAL_CLASS}{"".join(map(escape, kids))}]{STRING_CHAR}*')
-        alts += [escape(c) + below(node[c]) for c in kids if _plain(c)]  # others need escapes
-        return "(?:" + "|".join(alts) + ")"
-    return f'"{below(trie)}"'
+        for c in kids:
+            below = stop(node[c])
+            if below:
+                alts.append(escape(c) + _group(below))
+        return alts
+
+    def turn(node: dict) -> list[str]:
+        """Prefixes of names, then a character that leaves them: any string may follow."""
+        kids = sorted(c for c in node if c)
+        alts = [f'[^"\\\\\\x00-\\x1F{SPECIAL_CLASS}{"".join(map(escape, kids))}]']
+        alts += [escape(c) + _group(turn(node[c])) for c in kids if _plain(c)]
+        return alts
+    # the free tail once written, not once per trie node: the regex grows with the names' length only
+    ends = stop(trie)
+    free = f"{_group(turn(trie))}{STRING_CHAR}*"
+    return f'"(?:{_group(ends)}|{free})"' if ends else f'"{free}"'
+
+
+def _group(alts: list[str]) -> str:
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+
 # free-form objects with minProperties write that many keys of distinct lengths, up to this many
 MAX_FREE_MIN_PROPERTIES = 32
 MAX_DECIMALS = 6  # multipleOf 10**-k up to this k: 2**k exact fractions are written
