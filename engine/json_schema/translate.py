@@ -62,23 +62,19 @@ def key_except(names: list[str]) -> str | None:
         for c in kids:
             below = stop(node[c])
             if below:
-                alts.append(escape(c) + _group(below))
+                alts.append(escape(c) + alternation(below))
         return alts
 
     def turn(node: dict) -> list[str]:
         """Prefixes of names, then a character that leaves them: any string may follow."""
         kids = sorted(c for c in node if c)
         alts = [f'[^"\\\\\\x00-\\x1F{SPECIAL_CLASS}{"".join(map(escape, kids))}]']
-        alts += [escape(c) + _group(turn(node[c])) for c in kids if _plain(c)]
+        alts += [escape(c) + alternation(turn(node[c])) for c in kids if _plain(c)]
         return alts
     # the free tail once written, not once per trie node: the regex grows with the names' length only
     ends = stop(trie)
-    free = f"{_group(turn(trie))}{STRING_CHAR}*"
-    return f'"(?:{_group(ends)}|{free})"' if ends else f'"{free}"'
-
-
-def _group(alts: list[str]) -> str:
-    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+    free = f"{alternation(turn(trie))}{STRING_CHAR}*"
+    return f'"(?:{alternation(ends)}|{free})"' if ends else f'"{free}"'
 
 
 # free-form objects with minProperties write that many keys of distinct lengths, up to this many
