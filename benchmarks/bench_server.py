@@ -158,7 +158,8 @@ def main() -> None:
              "pool with at most the given number of clients in flight: a client takes the next request as soon as "
              "its response ends, so a mode whose responses end early keeps the batch as full; "
              f"{args.rounds} rounds, each running every server and mode once (in reverse order every other "
-             "round). Ratios are taken within each round (the runs of one round are minutes apart, the rounds further) and the table gives their median and range over the rounds; "
+             "round). Ratios are taken within each round (the runs of one round are minutes apart, the rounds "
+             "further) and the table gives their median and range over the rounds; "
              "tokens/s, time to first token and the server process's CPU time per token are medians over the rounds. "
              "Tokens are those each response's usage reports; time to first token is to the first chunk with text "
              "or a call.", "",
