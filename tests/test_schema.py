@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import scale
 from engine.errors import SchemaError
-from engine.json_schema.translate import Unsatisfiable
+from engine.json_schema.translate import Unsatisfiable, key_except
 from engine.json_schema import schema_to_regex
 from engine.regexes import py_regex as python_spelling
 
@@ -748,6 +748,32 @@ def test_extra_keys_agree_with_jsonschema(case):
     extra = schema.get("additionalProperties", True)
     if valid and writable and extra is not False and all(json.dumps(value[k]) in ("1", "\"s\"") or extra is True for k in more):
         assert rx.fullmatch(text), (schema, text)
+
+
+NAME_CHARS = "ab$-é\""
+
+
+@settings(max_examples=scale(80, 400), deadline=None)
+@given(names=st.lists(st.text(NAME_CHARS, max_size=4), max_size=6),
+       keys=st.lists(st.text(NAME_CHARS + "\\\n", max_size=6), max_size=10))
+def test_a_key_except_names_is_none_of_them(names, keys):
+    """key_except: whatever it matches is a JSON string that is none of the names, and every key
+    written with plain characters that is none of them is matched (names, their prefixes and
+    extensions drawn)."""
+    rx = py_regex(key_except(sorted(set(names))))
+    candidates = set(keys) | set(names) | {n[:i] for n in names for i in range(len(n))} | {n + "a" for n in names}
+    for key in candidates:
+        text = json.dumps(key, ensure_ascii=False)
+        if rx.fullmatch(text):
+            assert key not in names, (names, text)
+        elif text == '"' + key + '"':  # nothing escaped
+            assert key in names, (names, text)
+    for raw in keys:  # drawn characters between quotes as they are: stray quotes, lone backslashes
+        if rx.fullmatch(f'"{raw}"'):
+            assert json.loads(f'"{raw}"') not in names, (names, raw)
+    for name in names:  # an escaped spelling of a name is still that name
+        escaped = json.dumps(name, ensure_ascii=True).replace("a", "\\u0061")
+        assert not rx.fullmatch(escaped), (names, escaped)
 
 
 def test_extra_keys_are_off_by_default():
