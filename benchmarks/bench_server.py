@@ -109,7 +109,8 @@ async def load(url: str, body: dict, clients: int, requests: int, server: psutil
     ttft = [f for w in done for f, _ in w if f is not None]
     tokens = sum(n for w in done for _, n in w)
     return {"tokens_per_s": tokens / wall, "ttft_p50": pct(ttft, 50), "ttft_p99": pct(ttft, 99), "tokens": tokens,
-            "tokens_per_response": tokens / max(1, sum(len(w) for w in done)), "wall": wall, "failed": sum(f is None for w in done for f, _ in w),
+            "tokens_per_response": tokens / max(1, sum(len(w) for w in done)), "wall": wall,
+            "failed": sum(f is None for w in done for f, _ in w),
             "cpu_per_token": (used.user + used.system - cpu.user - cpu.system) / max(tokens, 1)}
 
 
