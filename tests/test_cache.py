@@ -66,11 +66,10 @@ def test_bounded_compile_times_out_cleanly(qwen3_tokenizer):
 def test_the_disk_cache_is_scanned_only_past_its_limit(tmp_path, monkeypatch):
     """Pruning stats every file of the folder; it runs on a process's first save to a folder, when
     its tally of the folder passes the limit, or every RESCAN saves, not on every compile."""
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("TOOLGATE_CACHE_DIR", str(folder))
-    scans = []
+    folder = tmp_path / "cache"  # passed explicitly: a compile on a thread left by another test
+    scans = []                    # reads TOOLGATE_CACHE_DIR and must not write or scan here
     real = store._scan
-    monkeypatch.setattr(store, "_scan", lambda f, keep: scans.append(keep) or real(f, keep))
+    monkeypatch.setattr(store, "_scan", lambda f, keep: (f == folder and scans.append(keep)) or real(f, keep))
     arrays = {"trans": np.zeros((2, 256), dtype=np.int32)}
     for i in range(10):
         path = folder / f"k{i}.npz"
