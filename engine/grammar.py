@@ -174,10 +174,13 @@ class LinkedGrammar(Grammar):
         return eos_mask(self.vocab, width)
 
 
-# The longest string bound a JSON grammar counts in its DFA (16 states a character); a longer
-# maxLength on a plain string is counted beside the DFA state (automata.counters). Tool
-# arguments, whose automata are materialised, count up to the translator's 256 and refuse above.
+# The longest string bound a JSON grammar spells in its DFA (16 states a character: a pattern's
+# or a format's bounds, a minLength). A plain string whose maxLength is above COUNT_ABOVE is
+# counted beside the DFA state (automata.counters): a {0,100} string spelled out is 1,600 states
+# of outlines-core's regex compile, about 30 ms. Tool arguments, whose automata are materialised,
+# count up to the translator's 256 and refuse above.
 MAX_LENGTH = 256
+COUNT_ABOVE = 32
 # Linked grammars count no strings beside the DFA: a definition counts up to this many characters
 # in its own DFA (a few thousand states for one long string).
 LINKED_MAX_LENGTH = 1024
@@ -242,7 +245,7 @@ def compile_json_schema(
             return _linked(None)
         try:
             t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
-                                max_length=MAX_LENGTH, max_chars=MAX_REGEX_CHARS, counters=True,
+                                max_length=MAX_LENGTH, max_chars=MAX_REGEX_CHARS, count_above=COUNT_ABOVE,
                                 extra_keys=extra_keys)
         except SchemaError as e:
             if e.keyword != "$ref" or not ("expanding" in str(e) or "max_depth" in str(e)) or link is False:

@@ -132,9 +132,10 @@ def test_an_any_value_schema_compiles_without_materialising(qwen3_tokenizer):
 # ---- property tests: long string bounds and any-value parameters, mask against jsonschema ----
 
 CHARS = st.characters(codec="utf-8", exclude_categories=("Cs",), max_codepoint=0xDFFF)  # below the symbols
-# (minLength, maxLength): above 256 counted beside the DFA, the minimum spelled in it (the last
-# leaves a loop of 10 characters, fewer than the longest token holds)
-LONG = [(5, 300), (290, 1024), (0, 3000), (250, 260)]
+# (minLength, maxLength): a maxLength above grammar.COUNT_ABOVE counted beside the DFA, the
+# minimum spelled in it (the last leaves a loop of 10 characters, fewer than the longest token
+# holds); the first two count loops shorter than the longest token from their start
+LONG = [(0, 40), (3, 100), (5, 300), (290, 1024), (0, 3000), (250, 260)]
 BIG = 1 << 30
 
 
@@ -168,6 +169,7 @@ def test_long_string_bounds_agree_with_jsonschema(qwen3_tokenizer, which, data):
     schema = {"type": "object", "properties": {"s": {"type": "string", "minLength": lo, "maxLength": hi}},
               "required": ["s"]}
     g = engine.compile_json_schema(qwen3_tokenizer, schema)
+    assert g.counters == [hi - lo]  # the loop is counted, not spelled
     n = data.draw(st.sampled_from([lo - 1, lo, lo + 1, hi - 1, hi, hi + 1]) | st.integers(0, hi + 3))
     n = max(n, 0)
     text = data.draw(st.text(CHARS, min_size=n, max_size=n) | st.just("a" * n) | st.just(" " * n))

@@ -177,7 +177,7 @@ class Options:
     max_repeat: int = 256  # the largest bound on item counts written into the regex
     max_length: int = 256  # the largest bound on string lengths (each character a DFA state)
     ref_budget: int | None = None  # lenient: $ref expansion characters before references are written loosely
-    counters: bool = False  # longer string bounds are counted beside the DFA (automata.counters)
+    count_above: int | None = None  # plain strings with a longer maxLength are counted beside the DFA
     link: bool = False  # each referenced definition written once, uses as markers (automata.linked)
     extra_keys: bool = False  # undeclared keys after the declared ones where the schema allows them
 
@@ -847,10 +847,10 @@ class _Translator:
         return f'"{STRING_CHAR}{count}"'
 
     def counted_string(self, s: dict, p: str) -> str | None:
-        """A plain string whose maxLength is above what the DFA counts, written with a counter
-        marker (automata.counters); None when counters are off, used up, or do not apply."""
+        """A plain string whose maxLength is above ``count_above``, written with a counter marker
+        (automata.counters); None when counters are off, used up, or do not apply."""
         hi = self.bound(s, p, "maxLength")
-        if not self.o.counters or hi is None or hi <= self.o.max_length or "pattern" in s \
+        if self.o.count_above is None or hi is None or hi <= self.o.count_above or "pattern" in s \
                 or s.get("format") in ASSERTED_FORMATS:
             return None
         lo = self.bound(s, p, "minLength") or 0
@@ -1482,7 +1482,7 @@ def _valid(value: Any, schema: dict, root: Any) -> bool:
 
 def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool = True,
                     max_depth: int = 3, max_repeat: int = 256, max_length: int = 256,
-                    max_chars: int | None = None, counters: bool = False, link: bool = False,
+                    max_chars: int | None = None, count_above: int | None = None, link: bool = False,
                     extra_keys: bool = False) -> Translation:
     """Translate a JSON schema (dict, bool or JSON text) to a regex over JSON text.
 
@@ -1490,8 +1490,9 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     the regex; a larger bound is refused in strict mode and checked after generation otherwise.
     With ``strict=False`` and ``max_chars``, references whose expansion would make the regex
     longer are written as free values of their declared types (listed as unenforced ``$ref``).
-    With ``counters``, plain strings with a longer maxLength are written as marked loops whose
-    limits are in ``Translation.counters`` (enforced by the grammar, see automata.counters).
+    With ``count_above``, plain strings whose maxLength is above it are written as marked loops
+    whose limits are in ``Translation.counters`` (enforced by the grammar, see automata.counters).
+    ``max_length`` still bounds what the DFA spells: patterns' and formats' bounds, minLength.
     With ``link``, each referenced definition is written once, in ``Translation.definitions``,
     and each use as its marker (see automata.linked); recursion then nests without a depth bound.
     By default an object writes its declared keys only (a narrowing where the schema allows more);
@@ -1507,7 +1508,7 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     # lenient mode writes references loosely once their expansion passes a budget, smaller on
     # each try until the regex fits ``max_chars`` (the last also nests free values one level only)
     if link:
-        t = _Translator(schema, Options(whitespace, strict, max_depth, max_repeat, max_length, None, counters, True,
+        t = _Translator(schema, Options(whitespace, strict, max_depth, max_repeat, max_length, None, count_above, True,
                                            extra_keys))
         try:
             regex = t.value(schema, "#")
@@ -1517,7 +1518,7 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     budgets = [None] if strict else [MAX_EXPANSION // 4, MAX_EXPANSION // 64, MAX_EXPANSION // 1024, 0]
     for budget in budgets:
         depth = 1 if budget == 0 else max_depth
-        t = _Translator(schema, Options(whitespace, strict, depth, max_repeat, max_length, budget, counters, False,
+        t = _Translator(schema, Options(whitespace, strict, depth, max_repeat, max_length, budget, count_above, False,
                                            extra_keys))
         try:
             regex = t.value(schema, "#")
