@@ -11,8 +11,8 @@ import jsonschema
 import mlx.core as mx
 import numpy as np
 
-from .automata import (LazyAutomaton, MaskTable, allowed_bits_mask, allowed_mask, compile_linked, compile_regex,
-                       counters, eos_mask, new_owner, shared_mask, state_mask)
+from .automata import (LazyAutomaton, MaskTable, allowed_bits_mask, allowed_mask, banned_from, compile_linked,
+                       compile_regex, counters, eos_mask, new_owner, state_mask)
 from .automata.builders import DEFAULT_TIMEOUT
 from .automata.compile import MAX_REGEX_CHARS
 from .caches import Cache
@@ -89,10 +89,13 @@ class Grammar:
         if not self._near(s, count):
             return table.mask(s, left)
 
-        def build(budget: int) -> tuple[bytes, mx.array]:
-            ids = table.allowed(s, budget + 1)
-            ids = ids[counters.fits(self.automaton.trans, self._loops, self._counted, s, count, self.vocab, ids)]
-            return shared_mask(ids, width) if len(ids) else (b"", table.eos_only)
+        def build(budget: int) -> tuple[Any, mx.array]:
+            digest, base = table.digest_and_mask(s, budget + 1)
+            allowed = np.array(base) == 0
+            bad = counters.misfits(self.automaton.trans, self._loops, self._counted, s, count, self.vocab, allowed)
+            if len(bad) and np.count_nonzero(allowed) <= len(bad):
+                return b"", table.eos_only  # nothing left: a generation past its end can only stop
+            return banned_from(digest, base, bad)
 
         return state_mask(self._owner, (s, count), left - 1, width, lambda: self.automaton.target_cap(s), build)
 

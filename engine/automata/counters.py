@@ -18,7 +18,9 @@ from .automaton import bfs
 from ..symbols import counter_symbol
 from ..vocabulary import Vocab
 
-QUOTE = 0x22
+QUOTE, BACKSLASH = 0x22, 0x5C
+SYMBOL_LEAD = 0xEE  # the lead byte of U+E000-U+EFFF, where the engine's symbols live
+PLAIN = frozenset(range(0x20, 0x100)) - {QUOTE, BACKSLASH, SYMBOL_LEAD}
 WALK_BYTES = 64  # token bytes walked when counting; a longer token counts its byte length
 MATRICES = Cache("token byte matrices", 4, per_vocabulary=True)  # by vocabulary fingerprint
 
@@ -96,8 +98,10 @@ def current_loop(loops: dict[int, Loop], state: int) -> Loop | None:
     return next((x for x in loops.values() if state in x.inside), None)
 
 
-def token_matrix(vocab: Vocab) -> tuple[np.ndarray, np.ndarray]:
-    """Every id's first WALK_BYTES bytes as a (size, WALK_BYTES) matrix, and each id's length."""
+def token_matrix(vocab: Vocab) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every id's first WALK_BYTES bytes as a (size, WALK_BYTES) matrix, each id's length, and
+    the characters each id begins when all its bytes are plain string content (no quote,
+    backslash, control byte or symbol's lead byte), -1 for the others."""
     def build():
         texts = list(vocab.texts)
         lengths = np.fromiter((len(t or b"") for t in texts), dtype=np.int64, count=len(texts))
@@ -105,7 +109,12 @@ def token_matrix(vocab: Vocab) -> tuple[np.ndarray, np.ndarray]:
         for r, t in enumerate(texts):
             if t:
                 m[r, :min(len(t), WALK_BYTES)] = np.frombuffer(t[:WALK_BYTES], dtype=np.uint8)
-        return m, lengths
+        present = np.arange(WALK_BYTES) < lengths[:, None]
+        plain = ~((m < 0x20) | (m == QUOTE) | (m == BACKSLASH) | (m == SYMBOL_LEAD)).any(axis=1, where=present)
+        chars = np.where(plain & (lengths > 0), (((m & 0xC0) != 0x80) & present).sum(axis=1), -1)
+        for r in np.flatnonzero(lengths > WALK_BYTES).tolist():
+            chars[r] = sum((b & 0xC0) != 0x80 for b in texts[r]) if PLAIN.issuperset(texts[r]) else -1
+        return m, lengths, chars
     return MATRICES.get_or_build(vocab.fingerprint, build)
 
 
@@ -138,24 +147,49 @@ def tables(trans: np.ndarray, loops: dict[int, Loop]) -> Tables:
     return Tables(loop_at, inside, limits, reach)
 
 
+def misfits(trans: np.ndarray, loops: dict[int, Loop], t: Tables, state: int, count: int, vocab: Vocab,
+            allowed: np.ndarray) -> np.ndarray:
+    """The ids ``allowed`` (bools by id: the DFA's tokens from ``state``) that ``step`` refuses from
+    (``state``, ``count``). Only ids with more bytes than the room are looked at (see ``fits``):
+    near a loop's end most of a wide row, but a handful where the loop is still far."""
+    _, lengths, _ = token_matrix(vocab)
+    long = np.flatnonzero(lengths[:len(allowed)] > _room(t, state, count))
+    long = long[allowed[long]]
+    return long[~fits(trans, loops, t, state, count, vocab, long)]
+
+
+def _room(t: Tables, state: int, count: int) -> int:
+    """Characters a token may still begin from (``state``, ``count``) before a loop's limit binds:
+    the loop's room inside one, the bytes to the nearest loop plus the smallest limit outside."""
+    k = t.inside[state]
+    return int(t.limits[k] - count if k >= 0 else t.reach[state] + t.limits[:-1].min())
+
+
 def fits(trans: np.ndarray, loops: dict[int, Loop], t: Tables, state: int, count: int, vocab: Vocab,
          ids: np.ndarray) -> np.ndarray:
     """Which tokens of ``ids`` (allowed from ``state`` by the DFA) ``step`` takes from (``state``,
     ``count``): their first WALK_BYTES bytes walked side by side, longer tokens one by one. Only
     tokens with more bytes than the room left (plus the bytes to a loop, from outside one) are
     walked: a character is at least a byte."""
-    matrix, all_lengths = token_matrix(vocab)
-    k = t.inside[state]
-    room = t.limits[k] - count if k >= 0 else t.reach[state] + t.limits[:-1].min()
+    _, all_lengths, chars = token_matrix(vocab)
+    room = _room(t, state, count)
     ok = all_lengths[ids] <= room
-    walk = np.flatnonzero(~ok)
+    if t.loop_at[state] >= 0:
+        # at a character's start in the loop, a plain token the DFA allows stays in the string,
+        # each character it begins counted (a begun one must fit too): no walk needed
+        c = chars[ids]
+        plain = c >= 0
+        ok = np.where(plain, c <= room, ok)
+        walk = np.flatnonzero(~ok & ~plain)
+    else:
+        walk = np.flatnonzero(~ok)
     ok[walk] = _fits(trans, loops, t, state, count, vocab, ids[walk])
     return ok
 
 
 def _fits(trans: np.ndarray, loops: dict[int, Loop], t: Tables, state: int, count: int, vocab: Vocab,
           ids: np.ndarray) -> np.ndarray:
-    matrix, all_lengths = token_matrix(vocab)
+    matrix, all_lengths, _ = token_matrix(vocab)
     m, lengths = matrix[ids], all_lengths[ids]
     cur = np.full(len(ids), state, dtype=np.int64)
     cnt = np.full(len(ids), count, dtype=np.int64)
