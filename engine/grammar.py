@@ -45,6 +45,7 @@ class Grammar:
             self._loops = counters.find_loops(self.automaton.trans, self.counters)
             self._counted = counters.tables(self.automaton.trans, self._loops)
             self._longest = self.vocab.longest
+            counters.token_matrix(self.vocab)  # once per vocabulary: at compile, not on a mask's first visit
 
     @property
     def min_tokens(self) -> int:

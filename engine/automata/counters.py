@@ -103,13 +103,13 @@ def token_matrix(vocab: Vocab) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     the characters each id begins when all its bytes are plain string content (no quote,
     backslash, control byte or symbol's lead byte), -1 for the others."""
     def build():
-        texts = list(vocab.texts)
-        lengths = np.fromiter((len(t or b"") for t in texts), dtype=np.int64, count=len(texts))
-        m = np.zeros((len(texts), WALK_BYTES), dtype=np.uint8)
-        for r, t in enumerate(texts):
-            if t:
-                m[r, :min(len(t), WALK_BYTES)] = np.frombuffer(t[:WALK_BYTES], dtype=np.uint8)
+        texts = [t or b"" for t in vocab.texts]
+        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        # every text's bytes in one buffer, gathered by offset (a first request waits for this)
+        flat = np.frombuffer(b"".join(texts) + bytes(WALK_BYTES), dtype=np.uint8)
+        windows = np.lib.stride_tricks.sliding_window_view(flat, WALK_BYTES)
         present = np.arange(WALK_BYTES) < lengths[:, None]
+        m = windows[np.concatenate([[0], np.cumsum(lengths)[:-1]])] * present
         plain = ~((m < 0x20) | (m == QUOTE) | (m == BACKSLASH) | (m == SYMBOL_LEAD)).any(axis=1, where=present)
         chars = np.where(plain & (lengths > 0), (((m & 0xC0) != 0x80) & present).sum(axis=1), -1)
         for r in np.flatnonzero(lengths > WALK_BYTES).tolist():
