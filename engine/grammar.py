@@ -189,13 +189,13 @@ COUNT_ABOVE = 32
 # in its own DFA (a few thousand states for one long string).
 LINKED_MAX_LENGTH = 1024
 GRAMMARS = Cache("grammars", 1 << 30, lambda g: g.automaton.nbytes + len(g.regex))
-# An expanded regex longer than LINK_FROM is compiled with its references linked instead when
-# that halves the regexes (linking compiles each definition once, the expansion's DFA copies it
-# per use), one longer than SHRINK_FROM when linking shrinks it SHRINK times (untyped values
-# expanded level by level: the DFA grows faster than the regex), and any when linking enforces
-# more (lenient mode loosens references past a budget; linking need not).
-LINK_FROM = 200_000
-SHRINK_FROM, SHRINK = 20_000, 8
+# An expanded regex longer than SHRINK_FROM is compiled with its references linked instead when
+# linking shrinks the regexes SHRINK times (linking compiles each definition once, the
+# expansion's DFA copies it per use, and outlines-core's compile time goes by DFA states: on
+# JSONSchemaBench's o46322, 0.5.2, o10293, kb_591 and wp_74, shrunk 1.7-7.2x, linked compiles
+# took 0.2-0.6 of the expanded ones), and any when linking enforces more (lenient mode loosens
+# references past a budget; linking need not).
+SHRINK_FROM, SHRINK = 20_000, 1.5
 
 
 def compile_regex_grammar(tokenizer: Any, regex: str, *, timeout: float | None = DEFAULT_TIMEOUT) -> Grammar:
@@ -260,8 +260,7 @@ def compile_json_schema(
                 linked = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
                                          max_length=LINKED_MAX_LENGTH, link=True, extra_keys=extra_keys)
                 size = sum(map(len, linked.definitions), len(linked.regex))
-                if size * 2 < len(t.regex) and len(t.regex) > LINK_FROM or size * SHRINK < len(t.regex) or \
-                        len(linked.unenforced) < len(t.unenforced):
+                if size * SHRINK < len(t.regex) or len(linked.unenforced) < len(t.unenforced):
                     return _linked(None, linked)
             except (SchemaError, CompileError):
                 pass  # the expansion compiles, or fails with its own error
