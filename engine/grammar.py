@@ -39,6 +39,7 @@ class Grammar:
     _owner: int = field(default_factory=new_owner, repr=False)  # this grammar in STATE_MASKS
     _longest: int = field(default=0, repr=False)  # the most bytes (so characters) one token holds
     _counted: counters.Tables | None = field(default=None, repr=False)
+    _may_count: np.ndarray | None = field(default=None, repr=False)  # by state: a token may meet a limit
 
     def __post_init__(self) -> None:
         if self.counters:
@@ -46,6 +47,10 @@ class Grammar:
             self._counted = counters.tables(self.automaton.trans, self._loops)
             self._longest = self.vocab.longest
             counters.token_matrix(self.vocab)  # once per vocabulary: at compile, not on a mask's first visit
+            t, n = self._counted, len(self.automaton.final)
+            # inside a loop, or close enough that a token could enter one and pass its limit (see
+            # counters.fits: a token no longer than the room is never walked)
+            self._may_count = (t.inside[:n] >= 0) | (t.reach + t.limits[:-1].min() < self._longest)
 
     @property
     def min_tokens(self) -> int:
@@ -103,13 +108,10 @@ class Grammar:
     def _near(self, s: int, count: int) -> bool:
         """A token from here may take a counted loop past its limit: the loop has fewer characters
         left than the longest token holds, or is near enough to enter with fewer than that."""
-        if not self._loops:
+        if not self._loops or not self._may_count[s]:
             return False
-        t = self._counted
-        k = t.inside[s]
-        if k >= 0:
-            return t.limits[k] - count < self._longest
-        return t.reach[s] < self._longest and t.limits[:-1].min() < self._longest
+        k = self._counted.inside[s]
+        return k < 0 or self._counted.limits[k] - count < self._longest
 
     def eos_mask(self, width: int) -> mx.array:
         return self.mask_table(width).eos_only
