@@ -260,7 +260,8 @@ def compile_json_schema(
         if link is None and (len(t.regex) > SHRINK_FROM or any(kw == "$ref" for _, kw in t.unenforced)):
             try:
                 linked = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
-                                         max_length=LINKED_MAX_LENGTH, link=True, extra_keys=extra_keys)
+                                         max_length=LINKED_MAX_LENGTH, count_above=COUNT_ABOVE, link=True,
+                                         extra_keys=extra_keys)
                 size = sum(map(len, linked.definitions), len(linked.regex))
                 if size * SHRINK < len(t.regex) or len(linked.unenforced) < len(t.unenforced):
                     return _linked(None, linked)
@@ -273,7 +274,8 @@ def compile_json_schema(
         try:
             if t is None:
                 t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
-                                    max_length=LINKED_MAX_LENGTH, link=True, extra_keys=extra_keys)
+                                    max_length=LINKED_MAX_LENGTH, count_above=COUNT_ABOVE, link=True,
+                                    extra_keys=extra_keys)
             automaton = compile_linked([t.regex, *t.definitions], vocab, timeout=timeout)
         except (SchemaError, CompileError):
             if failed is not None:

@@ -239,3 +239,18 @@ def test_linked_strings_count_past_the_expansion_bound(qwen3_tokenizer):
     for n in (limit, limit + 1):
         value = {"k": {"s": "ab" * (n // 2) + "a" * (n % 2)}}
         assert _verdict(qwen3_tokenizer, g, schema, value, masks=False) == (n <= limit)
+
+
+@pytest.mark.parametrize("n", [0, 1, 39, 40, 41])
+def test_linked_bounded_strings_are_definitions_of_their_own(qwen3_tokenizer, n):
+    """In a linked grammar a plain string bounded above grammar.COUNT_ABOVE is one definition per
+    bound (every value with that bound calls it); masks and verdicts stay exact at the bound,
+    with tokens that straddle the call (the key's `":"` and the string's opening quote)."""
+    schema = {"$defs": {"n": {"type": "object", "properties": {
+        "s": {"type": "string", "minLength": 1, "maxLength": 40}, "t": {"type": "string", "minLength": 1, "maxLength": 40},
+        "k": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"}
+    g = engine.compile_json_schema(qwen3_tokenizer, schema, link=True)
+    assert isinstance(g, LinkedGrammar)
+    assert sum(d.endswith('{1,40}"') for d in g.definitions) == 1
+    value = {"s": "x" * n, "k": {"t": "é" * n, "s": "ab"}}
+    assert _verdict(qwen3_tokenizer, g, schema, value) == (1 <= n <= 40)

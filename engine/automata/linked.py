@@ -50,7 +50,14 @@ def link_tables(regexes: list[str], vocab: Vocab) -> dict[str, np.ndarray]:
     symbols = [(ch.encode(), i) for i, ch in vocab.symbols.items()]
     out: dict[str, np.ndarray] = {"parts": np.array(len(regexes))}
     edges = []
+    done: dict[str, int] = {}  # a regex met before: definitions often repeat one another's text
     for i, regex in enumerate(regexes):
+        if regex in done:
+            j = done[regex]
+            edges.append(edges[j])
+            out[f"trans{i}"], out[f"final{i}"], out[f"calls{i}"] = out[f"trans{j}"], out[f"final{j}"], out[f"calls{j}"]
+            continue
+        done[regex] = i
         trans, final = byte_dfa(regex)
         n = len(final)
         calls = [np.zeros((0, 3), dtype=np.int32)]

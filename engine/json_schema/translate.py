@@ -848,7 +848,8 @@ class _Translator:
 
     def counted_string(self, s: dict, p: str) -> str | None:
         """A plain string whose maxLength is above ``count_above``, written with a counter marker
-        (automata.counters); None when counters are off, used up, or do not apply."""
+        (automata.counters), or with ``link`` as a definition of its own; None when counters are
+        off, used up, or do not apply."""
         hi = self.bound(s, p, "maxLength")
         if self.o.count_above is None or hi is None or hi <= self.o.count_above or "pattern" in s \
                 or s.get("format") in ASSERTED_FORMATS:
@@ -856,6 +857,12 @@ class _Translator:
         lo = self.bound(s, p, "minLength") or 0
         if lo > hi:
             raise Unsatisfiable(f"minLength {lo} exceeds maxLength {hi}", pointer=p, keyword="maxLength")
+        if self.o.link:
+            # a linked grammar counts no loops: one definition per bound, spelled once in its own
+            # DFA however many values use it
+            if hi > self.o.max_length:
+                return None
+            return self.linked(json.dumps(["string", lo, hi]), lambda: f'"{STRING_CHAR}{{{lo},{hi}}}"', p)
         if lo > 4 * self.o.max_length:  # the DFA still spells minLength: 16 states a character
             return None
         if hi - lo not in self.counters:  # loops with one limit share a marker
@@ -1491,7 +1498,8 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     With ``strict=False`` and ``max_chars``, references whose expansion would make the regex
     longer are written as free values of their declared types (listed as unenforced ``$ref``).
     With ``count_above``, plain strings whose maxLength is above it are written as marked loops
-    whose limits are in ``Translation.counters`` (enforced by the grammar, see automata.counters).
+    whose limits are in ``Translation.counters`` (enforced by the grammar, see automata.counters);
+    with ``link`` too, as one definition per bound.
     ``max_length`` still bounds what the DFA spells: patterns' and formats' bounds, minLength.
     With ``link``, each referenced definition is written once, in ``Translation.definitions``,
     and each use as its marker (see automata.linked); recursion then nests without a depth bound.
