@@ -102,6 +102,9 @@ def report(args, labels: dict[str, str], res: dict[str, list[dict]], minutes: fl
     for r, i in ratios:
         if r < 0.5 or r > 2:
             lines.append(f"| {i} | {base[i]['compile'] * 1e3:.0f} | {head[i]['compile'] * 1e3:.0f} | {r:.2f} |")
+    verdicts = [(a[1], b[1]) for i in both for a, b in zip(base[i].get("tests", []), head[i].get("tests", []))]
+    lines += ["", f"Instance verdicts on the schemas both compiled: {sum(a != b for a, b in verdicts)} of "
+              f"{len(verdicts)} differ between the versions."]
     changed = [i for i in base if base[i]["status"] != head[i]["status"]]
     if changed:
         lines += ["", "Status changed: " + ", ".join(f"{i} ({base[i]['status']} -> {head[i]['status']})" for i in changed)]
