@@ -11,7 +11,7 @@ import jsonschema
 import mlx.core as mx
 import numpy as np
 
-from .automata import (LazyAutomaton, MaskTable, allowed_bits_mask, allowed_mask, banned_from, compile_linked,
+from .automata import (LazyAutomaton, MaskTable, allowed_bits_mask, allowed_mask, bits_mask, compile_linked,
                        compile_regex, counters, eos_mask, new_owner, state_mask)
 from .automata.builders import DEFAULT_TIMEOUT
 from .automata.compile import MAX_REGEX_CHARS
@@ -94,13 +94,14 @@ class Grammar:
         if not self._near(s, count):
             return table.mask(s, left)
 
-        def build(budget: int) -> tuple[Any, mx.array]:
-            digest, base = table.digest_and_mask(s, budget + 1)
-            allowed = np.array(base) == 0
-            bad = counters.misfits(self.automaton.trans, self._loops, self._counted, s, count, self.vocab, allowed)
-            if len(bad) and np.count_nonzero(allowed) <= len(bad):
+        def build(budget: int) -> tuple[bytes, mx.array]:
+            # the state's own mask, less the tokens that would overrun the count: no row listed
+            allowed = np.array(table.mask(s, budget + 1)) == 0
+            allowed[counters.misfits(self.automaton.trans, self._loops, self._counted, s, count, self.vocab,
+                                     allowed)] = False
+            if not allowed.any():
                 return b"", table.eos_only  # nothing left: a generation past its end can only stop
-            return banned_from(digest, base, bad)
+            return bits_mask(allowed)
 
         return state_mask(self._owner, (s, count), left - 1, width, lambda: self.automaton.target_cap(s), build)
 
@@ -235,8 +236,6 @@ def compile_json_schema(
         except ValueError as e:
             raise SchemaError(f"schema is not valid JSON: {e}") from None
     vocab = build_vocab(tokenizer)
-    # per vocabulary, once (0.2 s for Qwen3), as the byte trie is: counted strings' masks read it
-    counters.token_matrix(vocab)
     try:
         text = schema_key(schema)
     except (TypeError, ValueError) as e:
@@ -248,6 +247,8 @@ def compile_json_schema(
     check_schema(schema)
 
     def build() -> Grammar:
+        # per vocabulary, once (0.2 s for Qwen3), as the byte trie is: counted strings' masks read it
+        counters.token_matrix(vocab)
         if link:
             return _linked(None)
         try:

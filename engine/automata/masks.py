@@ -128,38 +128,19 @@ class MaskTable:
         return ids
 
     def mask(self, state: int, left: int) -> mx.array:
-        return self.digest_and_mask(state, left)[1]
-
-    def digest_and_mask(self, state: int, left: int) -> tuple[Hashable, mx.array]:
-        """``mask`` with the key it is shared under in MASKS."""
         key = (state, min(left - 1, self.a.target_cap(state)))
         digest = self.by_key.get(key)
         m = MASKS.get(digest) if digest is not None else None
         if m is not None:
-            return digest, m
+            return m
         bits = self.a.allowed_bits(state, left - 1, self.width) if left > 0 else None
         if bits is not None:
             digest, m = allowed_bits_mask(bits, bool(self.a.final[state]), self.vocab)
         else:
             ids = self.allowed(state, left)
             if len(ids) == 0:
-                return (self.vocab.fingerprint, "eos", self.width), self.eos_only
+                return self.eos_only
             digest, m = shared_mask(ids, self.width)
         with self.lock:
             self.by_key[key] = digest
-        return digest, m
-
-
-def banned_from(digest: Hashable, base: mx.array, banned: np.ndarray) -> tuple[Hashable, mx.array]:
-    """The mask ``base`` (shared under ``digest``) with ``banned`` ids banned too, shared under a
-    digest of both: a few tokens taken from a wide row without listing the row."""
-    if len(banned) == 0:
-        return digest, base
-    banned = sorted_unique(banned)
-    key = hashlib.blake2b(repr(digest).encode() + banned.astype(np.int32).tobytes(), digest_size=16).digest()
-
-    def build() -> mx.array:
-        m = np.array(base)
-        m[banned] = -np.inf
-        return mx.array(m)
-    return key, MASKS.get_or_build(key, build)
+        return m
