@@ -21,6 +21,9 @@ rest of the token is walked from that trie node on, in the part it enters.
 
 from __future__ import annotations
 
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from ..caches import Cache
@@ -32,6 +35,7 @@ from .byte_dfa import byte_dfa
 from .index import Block, descend, token_edges, token_row_hits, vocabulary_trie
 from .lazy import shortest_path_table, single_steps
 
+PART_THREADS = 2  # parts compiled at once
 MAX_STACK = 256  # nested calls one configuration may hold: a guard, the budget binds first
 WALKS = Cache("linked walks", 256 << 20, lambda r: sum(a.nbytes for a in r if a is not None))  # by (key, part, state)
 # by (key, configuration): (class block or None, the other tokens, their costs, the largest cost)
@@ -49,48 +53,87 @@ def link_tables(regexes: list[str], vocab: Vocab) -> dict[str, np.ndarray]:
     single = np.flatnonzero(vocab.byte_tokens >= 0)
     symbols = [(ch.encode(), i) for i, ch in vocab.symbols.items()]
     out: dict[str, np.ndarray] = {"parts": np.array(len(regexes))}
+    # definitions often repeat one another's text: each distinct regex is built once
+    first = {r: i for i, r in reversed(list(enumerate(regexes)))}
+    unique = sorted(set(first.values()))
+    with ThreadPoolExecutor(min(PART_THREADS, len(unique))) as pool:  # outlines-core builds without the GIL
+        built = dict(zip(unique, pool.map(lambda i: _part(regexes[i], len(regexes), trie, single, symbols), unique)))
     edges = []
-    done: dict[str, int] = {}  # a regex met before: definitions often repeat one another's text
     for i, regex in enumerate(regexes):
-        if regex in done:
-            j = done[regex]
-            edges.append(edges[j])
-            out[f"trans{i}"], out[f"final{i}"], out[f"calls{i}"] = out[f"trans{j}"], out[f"final{j}"], out[f"calls{j}"]
-            continue
-        done[regex] = i
-        trans, final = byte_dfa(regex)
-        n = len(final)
-        calls = [np.zeros((0, 3), dtype=np.int32)]
-        for k in range(len(regexes) - 1):  # marker k calls part k + 1
-            if link_symbol(k) in regex:
-                cur = np.arange(n)
-                for b in link_symbol(k).encode():
-                    cur = trans[cur, b]
-                at = np.flatnonzero(cur != n)
-                calls.append(np.stack([at, np.full(len(at), k + 1), cur[at]], axis=1).astype(np.int32))
-        call = np.concatenate(calls)
-        src, dst = single_steps(trans, single, symbols)
-        # reachability to acceptance counts a call as one step; the weights come below
-        steps = bfs(np.concatenate([dst, call[:, 2]]), np.concatenate([src, call[:, 0]]), np.flatnonzero(final), n)
-        live = np.append(steps < UNREACHABLE, False)
-        trans = np.where(live[trans], trans, n).astype(np.int32)
-        call = call[live[call[:, 0]] & live[call[:, 2]]]
-        s2, _, d2, _ = token_edges(shortest_path_table(trans, steps), trie, 1 << 62)
-        edges.append((np.concatenate([src, s2]), np.concatenate([dst, d2])))
+        trans, final, call, e = built[first[regex]]
+        edges.append(e)
         out[f"trans{i}"], out[f"final{i}"], out[f"calls{i}"] = trans, final, call
-    weights = np.full(len(regexes), UNREACHABLE, dtype=np.int64)
-    for _ in range(len(regexes) + 2):
-        bounds = [_weighted_bound(*edges[i], out[f"calls{i}"], weights, out[f"final{i}"])
-                  for i in range(len(regexes))]
-        new = np.array([b[0] for b in bounds], dtype=np.int64)
-        if (new == weights).all():
-            break
-        weights = new
+    bounds = _bounds(edges, [out[f"calls{i}"] for i in range(len(regexes))],
+                     [out[f"final{i}"] for i in range(len(regexes))])
     if bounds[0][0] >= UNREACHABLE:
         raise CompileError("the linked definitions accept no string this vocabulary can produce")
     for i, b in enumerate(bounds):
         out[f"bound{i}"] = b
     return out
+
+
+def _bounds(edges: list, calls: list[np.ndarray], finals: list[np.ndarray]) -> list[np.ndarray]:
+    """Each part's bound, a call weighing its callee's bound at its initial state. Parts are
+    computed callees first, and a part again only when a callee's weight went down (recursion),
+    until nothing changes: the same fixpoint as rounds over every part, with each part of an
+    acyclic reference graph computed once."""
+    count = len(calls)
+    callers: list[set] = [set() for _ in range(count)]
+    for i, c in enumerate(calls):
+        for k in set(c[:, 1].tolist()):
+            callers[k].add(i)
+    order, seen = [], set()
+    for root in range(count):  # depth-first post-order: callees before their callers
+        if root in seen:
+            continue
+        seen.add(root)
+        todo = [(root, iter(sorted(set(calls[root][:, 1].tolist()))))]
+        while todo:
+            u, it = todo[-1]
+            k = next(it, None)
+            if k is None:
+                order.append(u)
+                todo.pop()
+            elif k not in seen:
+                seen.add(k)
+                todo.append((k, iter(sorted(set(calls[k][:, 1].tolist())))))
+    weights = np.full(count, UNREACHABLE, dtype=np.int64)
+    bounds: list = [None] * count
+    queue, queued = deque(order), set(order)
+    while queue:
+        i = queue.popleft()
+        queued.discard(i)
+        bounds[i] = _weighted_bound(*edges[i], calls[i], weights, finals[i])
+        if bounds[i][0] != weights[i]:
+            weights[i] = bounds[i][0]
+            for c in callers[i] - queued:
+                queue.append(c)
+                queued.add(c)
+    return bounds
+
+
+def _part(regex: str, count: int, trie, single: np.ndarray, symbols: list) -> tuple:
+    """One part's byte DFA with dead states cut, its calls ((m, 3): state, callee, return state)
+    and its token edges (single bytes, symbols, whole tokens along shortest byte paths)."""
+    trans, final = byte_dfa(regex)
+    n = len(final)
+    calls = [np.zeros((0, 3), dtype=np.int32)]
+    for k in range(count - 1):  # marker k calls part k + 1
+        if link_symbol(k) in regex:
+            cur = np.arange(n)
+            for b in link_symbol(k).encode():
+                cur = trans[cur, b]
+            at = np.flatnonzero(cur != n)
+            calls.append(np.stack([at, np.full(len(at), k + 1), cur[at]], axis=1).astype(np.int32))
+    call = np.concatenate(calls)
+    src, dst = single_steps(trans, single, symbols)
+    # reachability to acceptance counts a call as one step; the weights come in link_tables
+    steps = bfs(np.concatenate([dst, call[:, 2]]), np.concatenate([src, call[:, 0]]), np.flatnonzero(final), n)
+    live = np.append(steps < UNREACHABLE, False)
+    trans = np.where(live[trans], trans, n).astype(np.int32)
+    call = call[live[call[:, 0]] & live[call[:, 2]]]
+    s2, _, d2, _ = token_edges(shortest_path_table(trans, steps), trie, 1 << 62)
+    return trans, final, call, (np.concatenate([src, s2]), np.concatenate([dst, d2]))
 
 
 def _weighted_bound(src: np.ndarray, dst: np.ndarray, calls: np.ndarray, weights: np.ndarray, final: np.ndarray
