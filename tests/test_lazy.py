@@ -227,3 +227,22 @@ def test_counted_loop_masks_allow_exactly_the_tokens_that_step(qwen3_tokenizer, 
     allowed = set(allowed.tolist())
     for t in row.tolist():
         assert (g.step(state, t, BIG) is not None) == (t in allowed), t
+
+
+def test_mask_rows_are_zero_where_allowed_and_minus_infinity_elsewhere():
+    """A shared mask row, built from bools or from ids, is float32 +0.0 exactly where allowed and
+    -inf elsewhere, at odd widths too; the same set gives the same digest and row either way."""
+    from engine.automata.masks import bits_mask, shared_mask
+
+    rng = np.random.default_rng(0)
+    for width in (1, 33, 1000, 151936):
+        for share in (0.0, 0.01, 0.5, 1.0):
+            allowed = rng.random(width) < share
+            digest, row = bits_mask(allowed.copy())
+            got = np.array(row)
+            assert got.dtype == np.float32 and got.shape == (width,)
+            assert (got[allowed] == 0).all() and not np.signbit(got[allowed]).any()
+            assert np.isneginf(got[~allowed]).all()
+            if allowed.any():
+                again, row2 = shared_mask(np.flatnonzero(allowed), width)
+                assert again == digest and np.array_equal(np.array(row2), got)
