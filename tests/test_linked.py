@@ -131,6 +131,40 @@ def test_long_members_are_definitions_with_the_same_masks(qwen3_tokenizer):
     _same_masks(expanded, linked, random.Random(3), special, scale(4, 20), 120, "long members")
 
 
+def test_many_optional_members_are_block_definitions_with_the_same_masks(qwen3_tokenizer):
+    """Linking, an object with more than LINK_BLOCKS_FROM optional members writes its blocks of
+    members as definitions: the same masks as the expansion along random walks (keys sharing
+    prefixes across blocks: k1, k10, k11, ...), and the same verdicts on key subsets in order,
+    out of order and repeated, empty included."""
+    from engine.json_schema.translate import LINK_BLOCKS_FROM
+    n = LINK_BLOCKS_FROM + 13
+    values = [{"type": "integer"}, {"enum": ["x", "yy"]}, {"type": "boolean"}, {"type": "string", "maxLength": 3}]
+    schema = {"type": "object", "properties": {f"k{i}": values[i % 4] for i in range(n)},
+              "additionalProperties": False}
+    expanded = engine.compile_json_schema(qwen3_tokenizer, schema, link=False)
+    linked = engine.compile_json_schema(qwen3_tokenizer, schema, link=True)
+    assert len(linked.definitions) >= 2 * 6 and len(linked.regex) < len(expanded.regex) / 4
+    special = set(qwen3_tokenizer.all_special_ids)
+    _same_masks(expanded, linked, random.Random(5), special, scale(6, 24), 150, "many optional members")
+    rng = random.Random(6)
+    sample = {"x": 7, "y": "yy", "z": True, "w": "ab"}
+    for trial in range(scale(60, 300)):
+        keys = sorted(rng.sample(range(n), rng.randint(0, min(n, 12))))
+        if trial % 3 == 1 and len(keys) > 1:
+            i = rng.randrange(len(keys) - 1)
+            keys[i], keys[i + 1] = keys[i + 1], keys[i]  # out of declared order: never written
+        if trial % 3 == 2 and keys:
+            keys.append(keys[-1])  # a key twice
+        text = "{" + ",".join(f'"k{k}":{json.dumps(list(sample.values())[k % 4])}' for k in keys) + "}"
+        ids = qwen3_tokenizer.encode(text, add_special_tokens=False)
+        verdicts = []
+        for g in (expanded, linked):
+            st_ = g.walk(ids)
+            verdicts.append(st_ is not None and g.is_final(st_))
+        assert verdicts[0] == verdicts[1], text
+        assert verdicts[0] == (keys == sorted(set(keys))), text
+
+
 def _trees(depth):
     leaf = st.fixed_dictionaries({"name": st.text("abcé\"\\", max_size=5)})
     if depth == 0:

@@ -41,7 +41,8 @@ WALKS = Cache("linked walks", 256 << 20, lambda r: sum(a.nbytes for a in r if a 
 # by (key, configuration): (class block or None, the other tokens, their costs, the largest cost)
 EDGES = Cache("linked edges", 256 << 20, lambda r: r[1].nbytes + r[2].nbytes + (r[0].nbytes if r[0] else 0))
 CLOSURES = Cache("linked closures", 1 << 18)  # by (key, configuration)
-STACK_COSTS = Cache("linked stack costs", 1 << 18)  # by (key, return stack): the bounds of its returns
+STACK_COSTS = Cache("linked stack costs", 1 << 18)
+STEPS = Cache("linked steps", 1 << 18)  # by (key, state, token bytes): (configurations after, their largest cost)  # by (key, return stack): the bounds of its returns
 
 Config = tuple  # (stack: tuple of (part, state) return points, part, state)
 
@@ -246,6 +247,18 @@ class LinkedAutomaton:
 
     def step(self, state: tuple, text: bytes, left: int) -> tuple | None:
         """The state after the bytes ``text``, keeping configurations that finish within ``left``."""
+        key = (self.key, state, text)
+        got = STEPS.get(key)
+        if got is None:
+            got = STEPS.put(key, self._step(state, text))
+        nxt, top = got
+        if nxt is None or left >= top:
+            return nxt
+        out = tuple(c for c in nxt if self.cost(c) <= max(left, 0))
+        return out or None
+
+    def _step(self, state: tuple, text: bytes) -> tuple[tuple | None, int]:
+        """Every configuration after ``text`` (sorted) and the largest cost among them."""
         cur = set(state)
         for b in text:
             nxt = set()
@@ -254,10 +267,9 @@ class LinkedAutomaton:
                 if t != len(self.final[p]):
                     nxt.update(self.closure((stack, p, t)) if self.boundary[p][t] else ((stack, p, t),))
             if not nxt:
-                return None
+                return None, 0
             cur = nxt
-        out = tuple(sorted(c for c in cur if self.cost(c) <= max(left, 0)))
-        return out or None
+        return tuple(sorted(cur)), max(map(self.cost, cur))
 
     def is_final(self, state: tuple) -> bool:
         return any(not stack and self.final[p][s] for stack, p, s in state)

@@ -34,6 +34,9 @@ WHITESPACE = r"[ ]?"
 STRING_CHAR = (rf'(?:[^"\\\x00-\x1F{SPECIAL_CLASS}]|\\["\\/bfnrt]'
                r'|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))')
 LINK_MEMBERS_FROM = 1500  # linking, a property value written longer than this is a definition of its own
+# linking, an object with more optional members than this writes each block of them (see
+# _member_list) as definitions: outlines-core's time per DFA state grows with the regex
+LINK_BLOCKS_FROM = 64
 PLAIN_CHAR = rf'[^"\\\x00-\x1F{SPECIAL_CLASS}]'  # a string character written as itself
 MAX_EXCLUDED_KEY = 64  # longest declared name a key regex steers around (groups nest per character)
 
@@ -344,6 +347,10 @@ class _Translator:
                 del self.definitions[k:]
                 raise
         return link_symbol(k)
+
+    def definer(self, p: str) -> Callable[[str], str]:
+        """Linking: a regex -> the marker of a definition holding it (one per distinct text)."""
+        return lambda regex: self.linked(json.dumps(["regex", regex]), lambda: regex, p)
 
     def finite_values(self, s: dict, p: str) -> str | None:
         """When ``s`` or a branch of its allOf lists its values (const or enum), the listed values
@@ -1205,12 +1212,13 @@ class _Translator:
             more = "*" if max_p is None else f"{{0,{max_p - min_p}}}"
             return rf"\{{{ws}{f'{ws},{ws}'.join(firsts)}(?:{ws},{ws}{member}){more}{ws}\}}"
         sep = f"{ws},{ws}"
+        define = self.definer(p) if self.o.link and len(members) > LINK_BLOCKS_FROM else None
         more = self.extra_member(s, extra, p, max_p, [*(s.get("properties") or {}), *props, *dependents])
         if more is None:
-            return rf"\{{{ws}{_member_list(members, req, sep)}{ws}\}}"
+            return rf"\{{{ws}{_member_list(members, req, sep, define=define)}{ws}\}}"
         if True in req:
-            return rf"\{{{ws}{_member_list(members, req, sep)}(?:{sep}{more})*{ws}\}}"
-        lists = _member_list(members, req, sep, at_least_one=True)
+            return rf"\{{{ws}{_member_list(members, req, sep, define=define)}(?:{sep}{more})*{ws}\}}"
+        lists = _member_list(members, req, sep, at_least_one=True, define=define)
         return rf"\{{{ws}(?:{lists}(?:{sep}{more})*|{more}(?:{sep}{more})*)?{ws}\}}"
 
     def extra_member(self, s: dict, extra: Any, p: str, max_p: int | None, names: list[str]) -> str | None:
@@ -1240,10 +1248,12 @@ def _exact_fractions(decimals: int) -> str:
     return f"(?:{'|'.join(out)})"
 
 
-def _member_list(members: list[str], required: list[bool], sep: str, at_least_one: bool = False) -> str:
+def _member_list(members: list[str], required: list[bool], sep: str, at_least_one: bool = False,
+                 define: Callable[[str], str] | None = None) -> str:
     """Members in order, the optional ones left out at will, ``sep`` between those written; each
     member appears at most twice, so the regex grows linearly with the member count. With
-    ``at_least_one`` (no member required) at least one is written."""
+    ``at_least_one`` (no member required) at least one is written. With ``define`` (linking: a
+    regex -> the marker of a definition holding it), each block's two forms are definitions."""
     if True in required:
         first = required.index(True)
         head = "".join(f"(?:{m}{sep})?" for m in members[:first])  # optional ones before: comma after
@@ -1258,11 +1268,17 @@ def _member_list(members: list[str], required: list[bool], sep: str, at_least_on
             lists = f"(?:{lists}(?:{sep}{m})?|{m})"
         return lists
 
+    def after(items: list[str]) -> str:
+        return "".join(f"(?:{sep}{m})?" for m in items)
+
     size = max(1, math.isqrt(len(members)))
     blocks = [members[i:i + size] for i in range(0, len(members), size)]
-    lists = nonempty(blocks[0])
+    first, later = nonempty, after
+    if define is not None:
+        first, later = (lambda items: define(nonempty(items))), (lambda items: define(after(items)))
+    lists = first(blocks[0])
     for block in blocks[1:]:
-        lists = f"(?:{lists}{''.join(f'(?:{sep}{m})?' for m in block)}|{nonempty(block)})"
+        lists = f"(?:{lists}{later(block)}|{first(block)})"
     return lists if at_least_one else f"(?:{lists})?"
 
 
