@@ -1,8 +1,8 @@
 """Load on toolgate serve: 32 concurrent mixed requests (tools in every mode, schemas, free text,
-streams) on random-weight models of two families and on the embedded model. Each request offers
-a tool, or asks for a constant, that only it knows, so a response that went to the wrong request
-shows; every response must parse and validate, none may be lost, no slot may stay busy, and
-memory must stay flat over a few hundred requests."""
+streams) on a random-weight model (Hermes on Qwen3's vocabulary; Llama 3's too with --full) and
+on the embedded model. Each request offers a tool, or asks for a constant, that only it knows, so
+a response that went to the wrong request shows; every response must parse and validate, none
+may be lost, no slot may stay busy, and memory must stay flat over a few hundred requests."""
 
 import asyncio
 import gc
@@ -81,7 +81,9 @@ def load(url, n, max_tokens):
     assert sorted(kinds) == sorted(i % 4 for i in range(n))  # none lost
 
 
-@pytest.mark.parametrize("family", ["hermes", "llama3_json"])
+# one family by default: the scheduler under load is the same for every family (each family's
+# generation runs through engine.generate in test_tool_models)
+@pytest.mark.parametrize("family", ["hermes", "llama3_json"][:scale(1, 2)])
 def test_32_concurrent_on_random_models(family, tmp_path_factory):
     model, tok = model_for(family, tmp_path_factory)
     app = create_app(model, tok, "m", max_active=16, max_waiting=32)
