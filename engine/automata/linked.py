@@ -35,7 +35,8 @@ from .byte_dfa import byte_dfa
 from .index import Block, descend, token_edges, token_row_hits, vocabulary_trie
 from .lazy import shortest_path_table, single_steps
 
-PART_THREADS = 2  # parts compiled at once
+PART_THREADS = 2  # parts compiled at once, when their regexes hold more than PARALLEL_FROM characters
+PARALLEL_FROM = 20_000
 MAX_STACK = 256  # nested calls one configuration may hold: a guard, the budget binds first
 WALKS = Cache("linked walks", 256 << 20, lambda r: sum(a.nbytes for a in r if a is not None))  # by (key, part, state)
 # by (key, configuration): (class block or None, the other tokens, their costs, the largest cost)
@@ -57,8 +58,13 @@ def link_tables(regexes: list[str], vocab: Vocab) -> dict[str, np.ndarray]:
     # definitions often repeat one another's text: each distinct regex is built once
     first = {r: i for i, r in reversed(list(enumerate(regexes)))}
     unique = sorted(set(first.values()))
-    with ThreadPoolExecutor(min(PART_THREADS, len(unique))) as pool:  # outlines-core builds without the GIL
-        built = dict(zip(unique, pool.map(lambda i: _part(regexes[i], len(regexes), trie, single, symbols), unique)))
+    def part(i: int) -> tuple:
+        return _part(regexes[i], len(regexes), trie, single, symbols)
+    if len(unique) > 1 and sum(len(regexes[i]) for i in unique) > PARALLEL_FROM:
+        with ThreadPoolExecutor(min(PART_THREADS, len(unique))) as pool:  # outlines-core builds without the GIL
+            built = dict(zip(unique, pool.map(part, unique)))
+    else:  # starting a thread costs milliseconds (it waits for the GIL): small schemas build in line
+        built = {i: part(i) for i in unique}
     edges = []
     for i, regex in enumerate(regexes):
         trans, final, call, e = built[first[regex]]
