@@ -165,6 +165,31 @@ def test_many_optional_members_are_block_definitions_with_the_same_masks(qwen3_t
         assert verdicts[0] == (keys == sorted(set(keys))), text
 
 
+def test_counted_items_and_repeated_members_are_definitions_with_the_same_masks(qwen3_tokenizer):
+    """Linking, array items repeated LINK_REPEATS_FROM times or more are a definition (the root
+    counts calls, not an item's states), and so is a member value with a repetition bounded that
+    high (members spelled alike share it): the expansion's masks along random walks, and the
+    same verdicts as jsonschema on item counts around minItems and maxItems."""
+    from engine.json_schema.translate import LINK_REPEATS_FROM
+    top = LINK_REPEATS_FROM + 4
+    url = {"type": "string", "pattern": "^[a-z]{1,20}://[a-z.]{1,30}$"}
+    schema = {"type": "object", "properties": {
+        "ids": {"type": "array", "items": {"type": "string", "pattern": "^[0-9a-f]{6}$"}, "minItems": 2, "maxItems": top},
+        "home": url, "docs": url, "wiki": url, "n": {"type": "integer"}}, "required": ["ids"],
+        "additionalProperties": False}
+    expanded = engine.compile_json_schema(qwen3_tokenizer, schema, link=False)
+    linked = engine.compile_json_schema(qwen3_tokenizer, schema, link=True)
+    assert isinstance(linked, LinkedGrammar) and len(linked.definitions) == 3  # the item, the url, the list
+    special = set(qwen3_tokenizer.all_special_ids)
+    _same_masks(expanded, linked, random.Random(8), special, scale(6, 24), 150, "counted items")
+    rng = random.Random(9)
+    for count in (0, 1, 2, 3, top - 1, top, top + 1):
+        value = {"ids": [f"{rng.randrange(16 ** 6):06x}" for _ in range(count)], "docs": "https://a.b", "n": 3}
+        assert _verdict(qwen3_tokenizer, linked, schema, value) == (2 <= count <= top), count
+        assert _verdict(qwen3_tokenizer, expanded, schema, value, masks=False) == (2 <= count <= top), count
+    assert not _verdict(qwen3_tokenizer, linked, schema, {"ids": ["abcdef", "012345"], "home": "x://" + "a" * 31})
+
+
 def _trees(depth):
     leaf = st.fixed_dictionaries({"name": st.text("abcé\"\\", max_size=5)})
     if depth == 0:

@@ -37,6 +37,9 @@ LINK_MEMBERS_FROM = 1500  # linking, a property value written longer than this i
 # linking, an object with more optional members than this writes each block of them (see
 # _member_list) as definitions: outlines-core's time per DFA state grows with the regex
 LINK_BLOCKS_FROM = 64
+# linking, array items repeated up to this many times or more are a definition, and so is a
+# member value holding a repetition bounded this high (a {1,200} URI is 200 DFA states per copy)
+LINK_REPEATS_FROM = 16
 PLAIN_CHAR = rf'[^"\\\x00-\x1F{SPECIAL_CLASS}]'  # a string character written as itself
 MAX_EXCLUDED_KEY = 64  # longest declared name a key regex steers around (groups nest per character)
 
@@ -1008,6 +1011,8 @@ class _Translator:
         top = len(head) if tail is None else hi
         if hi is not None and top is not None:
             top = min(top, hi)
+        if tail is not None and self.o.link and top is not None and top - len(head) >= LINK_REPEATS_FROM:
+            tail = self.definer(p)(tail)  # counted items: each count costs the root a few states, not an item's
         if top is not None and (lo > top or (hi is not None and lo > hi)):
             raise Unsatisfiable("no item count satisfies minItems/maxItems", pointer=p, keyword="minItems")
         if top == 0:
@@ -1079,6 +1084,8 @@ class _Translator:
         regex = self.value(ps, at)
         if self.o.link and len(regex) > LINK_MEMBERS_FROM:
             regex = self.linked(json.dumps(["member", at, self.o.strict]), lambda: regex, at)
+        elif self.o.link and _long_repeat(regex):
+            regex = self.definer(at)(regex)  # one DFA for every member spelled alike (URIs, e-mails)
         return f'"{escape(json.dumps(name, ensure_ascii=False)[1:-1])}"{self.ws}:{self.ws}{regex}'
 
     def object(self, s: dict, p: str) -> str:
@@ -1246,6 +1253,11 @@ def _exact_fractions(decimals: int) -> str:
         rest = decimals - len(core)
         out.append(core + (f"0{{0,{rest}}}" if rest else ""))
     return f"(?:{'|'.join(out)})"
+
+
+def _long_repeat(regex: str) -> bool:
+    """Whether ``regex`` repeats something up to LINK_REPEATS_FROM times or more ({a,b}, b that high)."""
+    return any(int(b) >= LINK_REPEATS_FROM for b in re.findall(r"(?<!\\)\{\d+,(\d+)\}", regex))
 
 
 def _member_list(members: list[str], required: list[bool], sep: str, at_least_one: bool = False,
