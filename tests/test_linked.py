@@ -286,18 +286,52 @@ def test_generation_with_a_linked_grammar(tiny_model):
         assert r.errors == []
 
 
-def test_linked_strings_count_past_the_expansion_bound(qwen3_tokenizer):
-    """A linked grammar counts a string's length in its definition's DFA up to LINKED_MAX_LENGTH
-    (expansion counts 256 in the DFA and longer ones beside it, which linking does not do)."""
-    from engine.grammar import LINKED_MAX_LENGTH, MAX_LENGTH
-    limit = (MAX_LENGTH + LINKED_MAX_LENGTH) // 2
-    schema = {"$defs": {"n": {"type": "object", "properties": {"s": {"type": "string", "maxLength": limit},
-                                                               "k": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"}
+def _string_of(n: int, rng: random.Random) -> str:
+    """``n`` characters mixing one-byte, escaped and multi-byte ones (as JSON text writes them)."""
+    pieces = ["a", "é", "\n", "b", "€", '"', " ", "é", "🙂", "x"]
+    return "".join(rng.choice(pieces) for _ in range(n))
+
+
+def _string_schema(lo: int, hi: int) -> dict:
+    return {"$defs": {"n": {"type": "object", "properties": {"s": {"type": "string", "minLength": lo, "maxLength": hi},
+                                                             "k": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"}
+
+
+@pytest.mark.parametrize("lo,hi", [(0, 13), (0, 40), (5, 30), (9, 17), (16, 24), (20, 21)])
+def test_linked_strings_past_the_bound_are_chunked_exactly(qwen3_tokenizer, monkeypatch, lo, hi):
+    """A linked grammar spells a string bound past its max_length as whole chunks (one definition)
+    and a last partial one. With chunks of 8 characters past 12 (strings counted past 4), masks and verdicts agree with
+    jsonschema at every length from below minLength to past maxLength (tokens that run from one
+    chunk into the next included)."""
+    from engine import grammar
+    from engine.json_schema import translate
+    monkeypatch.setattr(translate, "LINK_CHUNK", 8)
+    monkeypatch.setattr(grammar, "LINKED_MAX_LENGTH", 12)
+    monkeypatch.setattr(grammar, "COUNT_ABOVE", 4)
+    schema = {**_string_schema(lo, hi), "$comment": "chunks of 8"}  # its own cache entry
     g = engine.compile_json_schema(qwen3_tokenizer, schema, link=True)
-    assert isinstance(g, LinkedGrammar)
-    for n in (limit, limit + 1):
-        value = {"k": {"s": "ab" * (n // 2) + "a" * (n % 2)}}
-        assert _verdict(qwen3_tokenizer, g, schema, value, masks=False) == (n <= limit)
+    assert isinstance(g, LinkedGrammar) and any(d.endswith("{8,8}") for d in g.definitions)
+    rng = random.Random(lo * 100 + hi)
+    for n in range(max(0, lo - 2), hi + 3):
+        for _ in range(2):
+            assert _verdict(qwen3_tokenizer, g, schema, {"k": {"s": _string_of(n, rng)}}) == (lo <= n <= hi), n
+
+
+def test_linked_strings_count_past_the_expansion_bound(qwen3_tokenizer):
+    """A linked grammar counts a string's length exactly past LINKED_MAX_LENGTH too, in chunks
+    (expansion counts such strings beside the DFA, which linking does not do)."""
+    from engine.grammar import LINKED_MAX_LENGTH
+    from engine.json_schema.translate import LINK_CHUNK
+    hi = LINKED_MAX_LENGTH + LINK_CHUNK + 7
+    g = engine.compile_json_schema(qwen3_tokenizer, _string_schema(3, hi), link=True)
+    assert isinstance(g, LinkedGrammar) and max(map(len, g.definitions)) < 1000  # no bound spelled at once
+    rng = random.Random(11)
+    for n in (2, 3, 40):
+        assert _verdict(qwen3_tokenizer, g, _string_schema(3, hi), {"k": {"s": _string_of(n, rng)}}) == (n >= 3)
+    # the walk only past the first chunk (the masks at chunk edges are the test above's)
+    for n in (LINK_CHUNK, LINK_CHUNK + 1, hi, hi + 1):
+        value = {"k": {"s": _string_of(n, rng)}}
+        assert _verdict(qwen3_tokenizer, g, _string_schema(3, hi), value, masks=False) == (n <= hi)
 
 
 @pytest.mark.parametrize("n", [0, 1, 39, 40, 41])

@@ -40,6 +40,9 @@ LINK_BLOCKS_FROM = 64
 # linking, array items repeated up to this many times or more are a definition, and so is a
 # member value holding a repetition bounded this high (a {1,200} URI is 200 DFA states per copy)
 LINK_REPEATS_FROM = 16
+# linking, a string bound past max_length is spelled in chunks of LINK_CHUNK characters, at most
+# MAX_CHUNKS of them (a {0,8192} string spelled at once is 131,000 DFA states)
+LINK_CHUNK, MAX_CHUNKS = 256, 256
 PLAIN_CHAR = rf'[^"\\\x00-\x1F{SPECIAL_CLASS}]'  # a string character written as itself
 MAX_EXCLUDED_KEY = 64  # longest declared name a key regex steers around (groups nest per character)
 
@@ -869,10 +872,10 @@ class _Translator:
             raise Unsatisfiable(f"minLength {lo} exceeds maxLength {hi}", pointer=p, keyword="maxLength")
         if self.o.link:
             # a linked grammar counts no loops: one definition per bound, spelled once in its own
-            # DFA however many values use it
-            if hi > self.o.max_length:
+            # DFA however many values use it; past max_length, in chunks of LINK_CHUNK characters
+            if hi > LINK_CHUNK * MAX_CHUNKS:
                 return None
-            return self.linked(json.dumps(["string", lo, hi]), lambda: f'"{STRING_CHAR}{{{lo},{hi}}}"', p)
+            return self.linked(json.dumps(["string", lo, hi]), lambda: f'"{self.chunked(lo, hi, p)}"', p)
         if lo > 4 * self.o.max_length:  # the DFA still spells minLength: 16 states a character
             return None
         if hi - lo not in self.counters:  # loops with one limit share a marker
@@ -880,6 +883,26 @@ class _Translator:
                 return None
             self.counters.append(hi - lo)
         return f'"{STRING_CHAR}{{{lo}}}(?:{STRING_CHAR}|{counter_symbol(self.counters.index(hi - lo))})*"'
+
+    def chunked(self, lo: int, hi: int, p: str) -> str:
+        """From ``lo`` to ``hi`` string characters, linking: up to max_length spelled at once, more
+        as whole chunks of LINK_CHUNK (one definition) and a last partial one. A length is q whole
+        chunks and r < LINK_CHUNK characters more, one way only, so configurations stay few (a
+        chunk's last characters are walked token by token: a token may run into the next one)."""
+        if hi <= self.o.max_length:
+            return f"{STRING_CHAR}{{{lo},{hi}}}"
+        c = LINK_CHUNK
+
+        def spelled(a: int, b: int) -> str:
+            return self.linked(json.dumps(["chars", a, b]), lambda: f"{STRING_CHAR}{{{a},{b}}}", p)
+        whole = spelled(c, c)
+        q_lo, r_lo, q_hi, r_hi = lo // c, lo % c, hi // c, hi % c
+        if q_lo == q_hi:
+            return f"{whole}{{{q_lo}}}{spelled(r_lo, r_hi)}"
+        last = spelled(0, r_hi)
+        more = f"(?:{whole}{{0,{q_hi - q_lo - 2}}}{spelled(0, c - 1)}|{whole}{{{q_hi - q_lo - 1}}}{last})" \
+            if q_hi - q_lo >= 2 else last
+        return f"{whole}{{{q_lo}}}(?:{spelled(r_lo, c - 1)}|{whole}{more})"
 
     def pattern(self, pattern: Any, p: str, lo: int = 0, hi: int | None = None) -> str | None:
         """The pattern over JSON string characters; with length bounds, None unless they can be
