@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -198,6 +199,17 @@ GRAMMARS = Cache("grammars", 1 << 30, lambda g: g.automaton.nbytes + len(g.regex
 # took 0.2-0.6 of the expanded ones), and any when linking enforces more (lenient mode loosens
 # references past a budget; linking need not).
 SHRINK_FROM, SHRINK = 20_000, 1.5
+# A character spelled under a repetition bound is about 16 DFA states, some 32 regex characters'
+# worth: the expansion counts plain strings bounded past COUNT_ABOVE beside the DFA, a linked
+# grammar spells them (in chunks past LINKED_MAX_LENGTH), so sizes compare with that added.
+SPELLED_COST = 32
+_BOUND = re.compile(r"\{\d+,(\d+)\}")
+
+
+def _cost(regexes: list[str]) -> int:
+    """The regexes' length plus SPELLED_COST a character for repetitions bounded past COUNT_ABOVE."""
+    spelled = sum(int(b) for r in regexes for b in _BOUND.findall(r) if int(b) > COUNT_ABOVE)
+    return sum(map(len, regexes)) + SPELLED_COST * spelled
 
 
 def compile_regex_grammar(tokenizer: Any, regex: str, *, timeout: float | None = DEFAULT_TIMEOUT) -> Grammar:
@@ -264,8 +276,8 @@ def compile_json_schema(
                 linked = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
                                          max_length=LINKED_MAX_LENGTH, count_above=COUNT_ABOVE, link=True,
                                          extra_keys=extra_keys)
-                size = sum(map(len, linked.definitions), len(linked.regex))
-                if size * SHRINK < len(t.regex) or len(linked.unenforced) < len(t.unenforced):
+                if _cost([linked.regex, *linked.definitions]) * SHRINK < _cost([t.regex]) \
+                        or len(linked.unenforced) < len(t.unenforced):
                     return _linked(None, linked)
             except (SchemaError, CompileError):
                 pass  # the expansion compiles, or fails with its own error
