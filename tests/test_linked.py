@@ -347,3 +347,21 @@ def test_linked_bounded_strings_are_definitions_of_their_own(qwen3_tokenizer, n)
     assert sum(d.endswith('{1,40}"') for d in g.definitions) == 1
     value = {"s": "x" * n, "k": {"t": "é" * n, "s": "ab"}}
     assert _verdict(qwen3_tokenizer, g, schema, value) == (1 <= n <= 40)
+
+
+def test_link_decision_weighs_spelled_string_bounds(qwen3_tokenizer):
+    """The expansion counts long strings beside its DFA, a linked grammar spells them: a large
+    schema whose linked regexes are short but spell long bounds compiles expanded, and the same
+    schema with short bounds links."""
+    from engine.grammar import SHRINK_FROM
+    from engine.json_schema import schema_to_regex
+
+    def schema(bound):
+        inner = {"type": "object", "properties": {"note": {"type": "string", "maxLength": bound},
+                                                  "kind": {"enum": [f"kind-number-{k}" for k in range(30)]}}}
+        return {"$defs": {"inner": inner}, "type": "object",
+                "properties": {f"p{i}": {"$ref": "#/$defs/inner"} for i in range(10)}}
+    long, short = schema(1000), schema(20)
+    assert len(schema_to_regex(long, count_above=32).regex) > SHRINK_FROM
+    assert not isinstance(engine.compile_json_schema(qwen3_tokenizer, long), LinkedGrammar)
+    assert isinstance(engine.compile_json_schema(qwen3_tokenizer, short), LinkedGrammar)
