@@ -155,17 +155,29 @@ def _run(trie: "_Trie", char_class: str) -> _Run:
                 tree.append((a, b, d))
                 nxt.append(d)
         frontier = nxt
-    # every trie node's class state (c once it has left the class), one depth at a time
+    # every trie node's class state (c once it has left the class), walked down from the root
+    # through the nodes still inside (a narrow class's few, not the whole trie level by level)
     node_k = np.full(len(trie.parent) + 1, c, dtype=np.int32)  # and one for "no node"
     node_k[0] = 0
     node_j = np.zeros(len(trie.parent) + 1, dtype=np.int32)
     flat = trans.reshape(-1)
-    for d in range(1, len(trie.doff) - 1):
-        lo, hi = trie.doff[d], trie.doff[d + 1]
-        up = trie.parent[lo:hi]
-        step = flat[node_k[up] * 256 + trie.byte[lo:hi]]
-        node_k[lo:hi] = step
-        node_j[lo:hi] = node_j[up] + (step == 0)
+    frontier, count, depth = np.zeros(1, dtype=np.int64), 1, 1
+    while count and depth + 1 < len(trie.doff):
+        lo, hi = int(trie.doff[depth]), int(trie.doff[depth + 1])
+        depth += 1
+        if frontier is not None:  # a few nodes inside: their children's ranges
+            owner, child = ranges(frontier, trie.coff)
+            up = frontier[owner]
+        else:  # much of a level inside: all of it (below a node that left, the dead row keeps it out)
+            child, up = slice(lo, hi), trie.parent[lo:hi]
+        step = flat[node_k[up] * 256 + trie.byte[child]]
+        node_k[child] = step
+        node_j[child] = node_j[up] + (step == 0)
+        kept = step != c
+        count = int(np.count_nonzero(kept))
+        below = int(trie.doff[depth + 1] - trie.doff[depth]) if depth + 1 < len(trie.doff) else 0
+        frontier = None if count * 16 >= below else \
+            (lo + np.flatnonzero(kept) if isinstance(child, slice) else child[kept])
     # an exit is a node whose byte first leaves the class; nothing below it is inside
     exits = np.flatnonzero((node_k[:-1] == c) & (node_k[trie.parent] != c)).astype(np.int32)
     ids = np.flatnonzero(node_k[trie.node_of_id] != c).astype(np.int32)
