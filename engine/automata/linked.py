@@ -42,8 +42,8 @@ WALKS = Cache("linked walks", 256 << 20, lambda r: sum(a.nbytes for a in r if a 
 # by (key, configuration): (class block or None, the other tokens, their costs, the largest cost)
 EDGES = Cache("linked edges", 256 << 20, lambda r: r[1].nbytes + r[2].nbytes + (r[0].nbytes if r[0] else 0))
 CLOSURES = Cache("linked closures", 1 << 18)  # by (key, configuration)
-STACK_COSTS = Cache("linked stack costs", 1 << 18)
-STEPS = Cache("linked steps", 1 << 18)  # by (key, state, token bytes): (configurations after, their largest cost)  # by (key, return stack): the bounds of its returns
+STACK_COSTS = Cache("linked stack costs", 1 << 18)  # by (key, return stack): the bounds of its returns
+STEPS = Cache("linked steps", 1 << 18)  # by (key, state, token bytes): (configurations after, their largest cost)
 
 Config = tuple  # (stack: tuple of (part, state) return points, part, state)
 
@@ -58,6 +58,7 @@ def link_tables(regexes: list[str], vocab: Vocab) -> dict[str, np.ndarray]:
     # definitions often repeat one another's text: each distinct regex is built once
     first = {r: i for i, r in reversed(list(enumerate(regexes)))}
     unique = sorted(set(first.values()))
+
     def part(i: int) -> tuple:
         return _part(regexes[i], len(regexes), trie, single, symbols)
     if len(unique) > 1 and sum(len(regexes[i]) for i in unique) > PARALLEL_FROM:
@@ -134,7 +135,7 @@ def _part(regex: str, count: int, trie, single: np.ndarray, symbols: list) -> tu
             calls.append(np.stack([at, np.full(len(at), k + 1), cur[at]], axis=1).astype(np.int32))
     call = np.concatenate(calls)
     src, dst = single_steps(trans, single, symbols)
-    # reachability to acceptance counts a call as one step; the weights come in link_tables
+    # reachability to acceptance counts a call as one step; the weights come in _bounds
     steps = bfs(np.concatenate([dst, call[:, 2]]), np.concatenate([src, call[:, 0]]), np.flatnonzero(final), n)
     live = np.append(steps < UNREACHABLE, False)
     trans = np.where(live[trans], trans, n).astype(np.int32)
