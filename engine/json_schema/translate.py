@@ -1034,7 +1034,8 @@ class _Translator:
         top = len(head) if tail is None else hi
         if hi is not None and top is not None:
             top = min(top, hi)
-        if tail is not None and self.o.link and top is not None and top - len(head) >= LINK_REPEATS_FROM:
+        if self.o.link and tail is not None and len(tail) > 1 and top is not None \
+                and top - len(head) >= LINK_REPEATS_FROM:  # (a lone marker is a definition already)
             tail = self.definer(p)(tail)  # counted items: each count costs the root a few states, not an item's
         if top is not None and (lo > top or (hi is not None and lo > hi)):
             raise Unsatisfiable("no item count satisfies minItems/maxItems", pointer=p, keyword="minItems")
