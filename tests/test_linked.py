@@ -145,10 +145,10 @@ def test_many_optional_members_are_block_definitions_with_the_same_masks(qwen3_t
     linked = engine.compile_json_schema(qwen3_tokenizer, schema, link=True)
     assert len(linked.definitions) >= 2 * 6 and len(linked.regex) < len(expanded.regex) / 4
     special = set(qwen3_tokenizer.all_special_ids)
-    _same_masks(expanded, linked, random.Random(5), special, scale(6, 24), 150, "many optional members")
+    _same_masks(expanded, linked, random.Random(5), special, scale(3, 24), 150, "many optional members")
     rng = random.Random(6)
     sample = {"x": 7, "y": "yy", "z": True, "w": "ab"}
-    for trial in range(scale(60, 300)):
+    for trial in range(scale(30, 300)):
         keys = sorted(rng.sample(range(n), rng.randint(0, min(n, 12))))
         if trial % 3 == 1 and len(keys) > 1:
             i = rng.randrange(len(keys) - 1)
@@ -181,7 +181,7 @@ def test_counted_items_and_repeated_members_are_definitions_with_the_same_masks(
     linked = engine.compile_json_schema(qwen3_tokenizer, schema, link=True)
     assert isinstance(linked, LinkedGrammar) and len(linked.definitions) == 3  # the item, the url, the list
     special = set(qwen3_tokenizer.all_special_ids)
-    _same_masks(expanded, linked, random.Random(8), special, scale(6, 24), 150, "counted items")
+    _same_masks(expanded, linked, random.Random(8), special, scale(3, 24), 150, "counted items")
     rng = random.Random(9)
     for count in (0, 1, 2, 3, top - 1, top, top + 1):
         value = {"ids": [f"{rng.randrange(16 ** 6):06x}" for _ in range(count)], "docs": "https://a.b", "n": 3}
@@ -297,7 +297,7 @@ def _string_schema(lo: int, hi: int) -> dict:
                                                              "k": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"}
 
 
-@pytest.mark.parametrize("lo,hi", [(0, 13), (0, 40), (5, 30), (9, 17), (16, 24), (20, 21)])
+@pytest.mark.parametrize("lo,hi", [(0, 13), (5, 30), (20, 21)] + [(0, 40), (9, 17), (16, 24)][:scale(0, 3)])
 def test_linked_strings_past_the_bound_are_chunked_exactly(qwen3_tokenizer, monkeypatch, lo, hi):
     """A linked grammar spells a string bound past its max_length as whole chunks (one definition)
     and a last partial one. With chunks of 8 characters past 12 (strings counted past 4), masks and verdicts agree with

@@ -50,8 +50,9 @@ def test_generate_with_tools_on_a_random_model(family, tmp_path_factory):
     by_name = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
     messages = [{"role": "user", "content": "Move a.txt to b.txt, then show the graph."}]
     outcomes = set()
-    for seed, (choice, max_tokens) in enumerate([("required", 60), ("auto", 60), ("auto", scale(80, 200)),
-                                                 ("none", 30), ("required", scale(70, 150))]):
+    # three turns per family by default (a required call, an auto turn, none); five, longer, with --full
+    runs = [("required", 60), ("auto", scale(80, 200)), ("none", 30), ("auto", 60), ("required", 150)]
+    for seed, (choice, max_tokens) in enumerate(runs[:scale(3, 5)]):
         g = compile_tools(tok, tools, format=family, tool_choice=choice)
         mx.random.seed(seed)
         result = generate(model, tok, messages, tools=tools, tool_choice=choice, format=family,
