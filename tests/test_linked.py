@@ -300,9 +300,9 @@ def _string_schema(lo: int, hi: int) -> dict:
 @pytest.mark.parametrize("lo,hi", [(0, 13), (5, 30), (20, 21)] + [(0, 40), (9, 17), (16, 24)][:scale(0, 3)])
 def test_linked_strings_past_the_bound_are_chunked_exactly(qwen3_tokenizer, monkeypatch, lo, hi):
     """A linked grammar spells a string bound past its max_length as whole chunks (one definition)
-    and a last partial one. With chunks of 8 characters past 12 (strings counted past 4), masks and verdicts agree with
-    jsonschema at every length from below minLength to past maxLength (tokens that run from one
-    chunk into the next included)."""
+    and a last partial one. With chunks of 8 characters past 12 (strings counted past 4), masks
+    and verdicts agree with jsonschema at every length from below minLength to past maxLength
+    (tokens that run from one chunk into the next included)."""
     from engine import grammar
     from engine.json_schema import translate
     monkeypatch.setattr(translate, "LINK_CHUNK", 8)
