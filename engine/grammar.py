@@ -188,8 +188,8 @@ class LinkedGrammar(Grammar):
 # count up to the translator's 256 and refuse above.
 MAX_LENGTH = 256
 COUNT_ABOVE = 32
-# Linked grammars count no strings beside the DFA: a definition counts up to this many characters
-# in its own DFA (a few thousand states for one long string).
+# Linked grammars count no strings beside the DFA: a definition spells up to this many characters
+# in its own DFA (16 states a character), longer bounds in chunks (json_schema.translate.LINK_CHUNK).
 LINKED_MAX_LENGTH = 1024
 GRAMMARS = Cache("grammars", 1 << 30, lambda g: g.automaton.nbytes + len(g.regex))
 # An expanded regex longer than SHRINK_FROM is compiled with its references linked instead when
