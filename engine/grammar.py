@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from .constraint import walk
 from .errors import CompileError, SchemaError
 from .json_schema import WHITESPACE, check_schema, schema_key, schema_to_regex
 from .matcher import Matcher
+from .regexes import repeat_bounds
 from .vocabulary import Vocab, build_vocab
 
 
@@ -203,12 +203,11 @@ SHRINK_FROM, SHRINK = 20_000, 1.5
 # worth: the expansion counts plain strings bounded past COUNT_ABOVE beside the DFA, a linked
 # grammar spells them (in chunks past LINKED_MAX_LENGTH), so sizes compare with that added.
 SPELLED_COST = 32
-_BOUND = re.compile(r"\{\d+,(\d+)\}")
 
 
 def _cost(regexes: list[str]) -> int:
     """The regexes' length plus SPELLED_COST a character for repetitions bounded past COUNT_ABOVE."""
-    spelled = sum(int(b) for r in regexes for b in _BOUND.findall(r) if int(b) > COUNT_ABOVE)
+    spelled = sum(b for r in regexes for b in repeat_bounds(r) if b > COUNT_ABOVE)
     return sum(map(len, regexes)) + SPELLED_COST * spelled
 
 

@@ -13,7 +13,8 @@ import re._parser as sre_parse
 from .errors import CompileError
 from .symbols import SPECIAL_CLASS, is_symbol
 
-__all__ = ["alternation", "escape", "exclude_specials", "min_units", "py_regex", "sre_constants", "sre_parse"]
+__all__ = ["alternation", "escape", "exclude_specials", "min_units", "py_regex", "repeat_bounds", "sre_constants",
+           "sre_parse"]
 
 
 def escape(text: str) -> str:
@@ -25,6 +26,14 @@ def alternation(parts: list[str]) -> str:
     """One regex matching any of ``parts`` (duplicates dropped, order kept)."""
     parts = list(dict.fromkeys(parts))
     return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+
+_BOUNDED = re.compile(r"(?<!\\)\{\d+,(\d+)\}")
+
+
+def repeat_bounds(regex: str) -> list[int]:
+    """The upper bounds of the regex's bounded repetitions (``{a,b}``; an escaped brace begins none)."""
+    return [int(b) for b in _BOUNDED.findall(regex)]
 
 
 def py_regex(rust: str) -> str:

@@ -25,7 +25,7 @@ from urllib.parse import unquote
 import jsonschema
 
 from ..errors import SchemaError
-from ..regexes import alternation, escape, sre_constants, sre_parse
+from ..regexes import alternation, escape, repeat_bounds, sre_constants, sre_parse
 from ..symbols import COUNTER_SLOTS, LINK_SLOTS, SPECIAL_CLASS, counter_symbol, link_symbol
 from .numbers import int_range, number_range
 from .patterns import PatternRegex
@@ -1281,7 +1281,7 @@ def _exact_fractions(decimals: int) -> str:
 
 def _long_repeat(regex: str) -> bool:
     """Whether ``regex`` repeats something up to LINK_REPEATS_FROM times or more ({a,b}, b that high)."""
-    return any(int(b) >= LINK_REPEATS_FROM for b in re.findall(r"(?<!\\)\{\d+,(\d+)\}", regex))
+    return any(b >= LINK_REPEATS_FROM for b in repeat_bounds(regex))
 
 
 def _member_list(members: list[str], required: list[bool], sep: str, at_least_one: bool = False,
