@@ -136,6 +136,10 @@ CASES = [
                 {"properties": {"a": {"minimum": 10}}}]}, ['{"a":10}'], ['{"a":9}']),
     ({"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"},
      ['{}', '{"next":{"next":{}}}'], ['{"next":1}']),
+    # propertyNames: a declared name it refuses is never written (false refuses every name)
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "propertyNames": False}, ['{}'], ['{"a":1}']),
+    ({"type": "object", "properties": {"ab": {"type": "integer"}, "abc": {"type": "integer"}},
+      "propertyNames": {"maxLength": 2}}, ['{}', '{"ab":1}'], ['{"abc":1}', '{"ab":1,"abc":2}']),
 ]
 
 
@@ -147,6 +151,11 @@ def test_translations_accept_and_reject(schema, good, bad):
         jsonschema.validate(json.loads(text), schema)
     for text in bad:
         assert not rx.fullmatch(text), (text, schema)
+
+
+def test_a_required_name_that_property_names_refuses_is_unsatisfiable():
+    with pytest.raises(Unsatisfiable, match="propertyNames"):
+        schema_to_regex({"type": "object", "properties": {"a": {}}, "required": ["a"], "propertyNames": False})
 
 
 def test_a_chain_of_distinct_refs_expands_in_full():

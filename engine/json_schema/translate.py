@@ -373,7 +373,7 @@ class _Translator:
                 break
         if listed is None:
             return None
-        verdicts = [_check(v, s, self.root) for v in listed]
+        verdicts = _checks(listed, s, self.root)
         if None in verdicts:
             return None
         keep = [v for v, ok in zip(listed, verdicts) if ok]
@@ -766,7 +766,7 @@ class _Translator:
     def literal(self, values: list, s: dict, p: str, kw: str) -> str:
         """The listed values that also satisfy the sibling keywords, written as JSON."""
         rest = {k: v for k, v in s.items() if k not in ("enum", "const")}
-        keep = [v for v in values if not rest or _valid(v, rest, self.root)]
+        keep = [v for v, ok in zip(values, _checks(values, rest, self.root)) if ok is not False] if rest else values
         if not keep:  # the schema accepts nothing: an optional property that has it is never written
             raise Unsatisfiable(f"no {kw} value satisfies the rest of the schema", pointer=p, keyword=kw)
         return alternation([_json_literal(v) for v in keep])
@@ -1143,7 +1143,7 @@ class _Translator:
         if not props and len(patterns) == 1 and next(iter(patterns)) in MATCH_ANY_KEY:
             extra = next(iter(patterns.values()))  # every key matches: free keys take its schema
         if s.get("propertyNames") not in (None, True, {}):
-            bad = [n for n in props if not _valid(n, s["propertyNames"], self.root)]
+            bad = [n for n, ok in zip(props, _checks(list(props), s["propertyNames"], self.root)) if ok is False]
             for name in bad:
                 if name in required:
                     raise Unsatisfiable(f"required {name!r} breaks propertyNames", pointer=p, keyword="propertyNames")
@@ -1522,21 +1522,26 @@ def _required_names(s: dict) -> list | None:
     return None
 
 
-def _check(value: Any, schema: dict, root: Any) -> bool | None:
-    """Whether ``value`` is valid against ``schema`` (a part of ``root``, whose definitions and
-    draft it reads); None when the validator cannot read it."""
-    if isinstance(root, dict):
-        schema = {**{k: root[k] for k in ("definitions", "$defs", "$schema") if k in root}, **schema}
+def _checks(values: list, schema: dict, root: Any) -> list[bool | None]:
+    """Whether each of ``values`` is valid against ``schema`` (a part of ``root``, whose definitions
+    and draft it reads), by one validator (making one costs more than a check); None where the
+    validator cannot read the schema (a sibling it cannot read is checked after generation)."""
+    if isinstance(schema, bool):
+        return [schema] * len(values)
     try:
-        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        return cls(schema).is_valid(value)
+        if isinstance(root, dict):
+            schema = {**{k: root[k] for k in ("definitions", "$defs", "$schema") if k in root}, **schema}
+        validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
+    except Exception:
+        return [None] * len(values)
+    return [_is_valid(validator, v) for v in values]
+
+
+def _is_valid(validator: Any, value: Any) -> bool | None:
+    try:
+        return validator.is_valid(value)
     except Exception:
         return None
-
-
-def _valid(value: Any, schema: dict, root: Any) -> bool:
-    # a sibling the validator cannot read is checked after generation instead
-    return _check(value, schema, root) is not False
 
 
 def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool = True,
