@@ -38,7 +38,8 @@ from .lazy import shortest_path_table, single_steps
 PART_THREADS = 2  # parts compiled at once, when their regexes hold more than PARALLEL_FROM characters
 PARALLEL_FROM = 20_000
 MAX_STACK = 256  # nested calls one configuration may hold: a guard, the budget binds first
-WALKS = Cache("linked walks", 256 << 20, lambda r: sum(a.nbytes for a in r if a is not None))  # by (key, part, state)
+# by (key, part, state), and by (key, part, state, trie nodes) for the rest of tokens entering a part
+WALKS = Cache("linked walks", 256 << 20, lambda r: sum(a.nbytes for a in r if a is not None))
 # by (key, configuration): (class block or None, the other tokens, their costs, the largest cost)
 EDGES = Cache("linked edges", 256 << 20, lambda r: r[1].nbytes + r[2].nbytes + (r[0].nbytes if r[0] else 0))
 CLOSURES = Cache("linked closures", 1 << 18)  # by (key, configuration)
@@ -325,9 +326,15 @@ class LinkedAutomaton:
             for u in sorted_unique(hit_state).tolist():
                 nodes = hit_node[hit_state == u]  # every token standing on u walks on together
                 for e in self.closure((stack, p, u))[1:]:
-                    self._read(e, (None,) + descend(self.trans[e[1]], trie, nodes, e[2], self.boundary[e[1]]),
-                               toks, costs)
+                    self._read(e, self._descend(e[1], e[2], nodes, trie), toks, costs)
         return block
+
+    def _descend(self, p: int, s: int, nodes: np.ndarray, trie) -> tuple:
+        """The rest of the tokens standing on trie ``nodes`` read in part ``p`` from state ``s``, as
+        ``_walk`` gives them (no class block). Many configurations enter the same part state with
+        the same nodes (every stack that returns there), so the walk is kept."""
+        return WALKS.get_or_build((self.key, p, s, nodes.tobytes()), lambda: (None,) + descend(
+            self.trans[p], trie, nodes, s, self.boundary[p]))
 
     def _walk(self, p: int, s: int) -> tuple:
         """Part ``p``'s tokens from state ``s``: (class block or None, tokens, next states, boundary
