@@ -151,7 +151,7 @@ class LinkedGrammar(Grammar):
     definitions: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        pass  # no counted loops: a linked schema writes long strings as the DFA counts them
+        pass  # the linked automaton counts its strings itself (counters are per part)
 
     @property
     def initial_state(self) -> tuple:
@@ -188,8 +188,11 @@ class LinkedGrammar(Grammar):
 # count up to the translator's 256 and refuse above.
 MAX_LENGTH = 256
 COUNT_ABOVE = 32
-# Linked grammars count no strings beside the DFA: a definition spells up to this many characters
-# in its own DFA (16 states a character), longer bounds in chunks (json_schema.translate.LINK_CHUNK).
+# A linked grammar counts a string whose bounds are LINK_COUNT_FROM characters apart or more (and at
+# least as many as the longest token holds: automata.linked); it spells narrower bounds in a
+# definition's own DFA (16 states a character), past LINKED_MAX_LENGTH in chunks
+# (json_schema.translate.LINK_CHUNK).
+LINK_COUNT_FROM = 256
 LINKED_MAX_LENGTH = 1024
 GRAMMARS = Cache("grammars", 1 << 30, lambda g: g.automaton.nbytes + len(g.regex))
 # An expanded regex longer than SHRINK_FROM is compiled with its references linked instead when
@@ -256,6 +259,7 @@ def compile_json_schema(
     if found is not None:  # checked when it was compiled
         return found
     check_schema(schema)
+    count_from = max(LINK_COUNT_FROM, vocab.longest)
 
     def build() -> Grammar:
         # per vocabulary, once (0.2 s for Qwen3), as the byte trie is: counted strings' masks read it
@@ -274,7 +278,7 @@ def compile_json_schema(
             try:
                 linked = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
                                          max_length=LINKED_MAX_LENGTH, count_above=COUNT_ABOVE, link=True,
-                                         extra_keys=extra_keys)
+                                         extra_keys=extra_keys, link_count_from=count_from)
                 if _cost([linked.regex, *linked.definitions]) * SHRINK < _cost([t.regex]) \
                         or len(linked.unenforced) < len(t.unenforced):
                     return _linked(None, linked)
@@ -288,8 +292,8 @@ def compile_json_schema(
             if t is None:
                 t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
                                     max_length=LINKED_MAX_LENGTH, count_above=COUNT_ABOVE, link=True,
-                                    extra_keys=extra_keys)
-            automaton = compile_linked([t.regex, *t.definitions], vocab, timeout=timeout)
+                                    extra_keys=extra_keys, link_count_from=count_from)
+            automaton = compile_linked([t.regex, *t.definitions], vocab, timeout=timeout, limits=t.counters)
         except (SchemaError, CompileError):
             if failed is not None:
                 raise failed from None

@@ -318,8 +318,8 @@ def test_linked_strings_past_the_bound_are_chunked_exactly(qwen3_tokenizer, monk
 
 
 def test_linked_strings_count_past_the_expansion_bound(qwen3_tokenizer):
-    """A linked grammar counts a string's length exactly past LINKED_MAX_LENGTH too, in chunks
-    (expansion counts such strings beside the DFA, which linking does not do)."""
+    """A linked grammar counts a string's length exactly past LINKED_MAX_LENGTH too (its loop
+    counted, as the expansion's is)."""
     from engine.grammar import LINKED_MAX_LENGTH
     from engine.json_schema.translate import LINK_CHUNK
     hi = LINKED_MAX_LENGTH + LINK_CHUNK + 7
@@ -332,6 +332,37 @@ def test_linked_strings_count_past_the_expansion_bound(qwen3_tokenizer):
     for n in (LINK_CHUNK, LINK_CHUNK + 1, hi, hi + 1):
         value = {"k": {"s": _string_of(n, rng)}}
         assert _verdict(qwen3_tokenizer, g, _string_schema(3, hi), value, masks=False) == (n <= hi)
+
+
+@pytest.mark.parametrize("lo,hi", [(0, 300), (7, 263)])
+def test_linked_long_strings_are_counted_with_the_masks_of_the_expansion(qwen3_tokenizer, lo, hi):
+    """Bounds LINK_COUNT_FROM apart or more are counted in a linked grammar (a short definition,
+    not 16 DFA states a character), as the expansion counts them: along texts that fill the
+    string to its bound and one past (one-byte, escaped and multi-byte characters), every mask is
+    the expanded grammar's, lists the tokens the automaton allows, and the verdicts are jsonschema's."""
+    from engine.grammar import LINK_COUNT_FROM
+    assert hi - lo >= LINK_COUNT_FROM
+    schema = _string_schema(lo, hi)
+    linked = engine.compile_json_schema(qwen3_tokenizer, schema, link=True)
+    expanded = engine.compile_json_schema(qwen3_tokenizer, schema, link=False)
+    assert isinstance(linked, LinkedGrammar) and not isinstance(expanded, LinkedGrammar) and expanded.counters
+    assert max(map(len, linked.definitions)) < 300
+    rng = random.Random(hi)
+    for n in (lo, hi - 1, hi, hi + 1):
+        value = {"k": {"s": _string_of(n, rng)}}
+        sl, se = linked.initial_state, expanded.initial_state
+        for t in qwen3_tokenizer.encode(canonical_text(value, schema), add_special_tokens=False):
+            ml = _mask(linked, sl, BIG)
+            assert np.array_equal(ml, _mask(expanded, se, BIG)), n
+            listed = np.zeros(linked.vocab.size, dtype=bool)
+            listed[linked.automaton.allowed(sl, BIG)] = True
+            listed[[i for i in linked.vocab.eos_ids if linked.is_final(sl)]] = True
+            assert np.array_equal(ml, np.flatnonzero(listed)), n
+            sl, se = linked.step(sl, t, BIG), expanded.step(se, t, BIG)
+            assert (sl is None) == (se is None), n
+            if sl is None:
+                break
+        assert _verdict(qwen3_tokenizer, linked, schema, value) == (lo <= n <= hi), n
 
 
 @pytest.mark.parametrize("n", [0, 1, 39, 40, 41])
@@ -349,12 +380,14 @@ def test_linked_bounded_strings_are_definitions_of_their_own(qwen3_tokenizer, n)
     assert _verdict(qwen3_tokenizer, g, schema, value) == (1 <= n <= 40)
 
 
-def test_link_decision_weighs_spelled_string_bounds(qwen3_tokenizer):
-    """The expansion counts long strings beside its DFA, a linked grammar spells them: a large
-    schema whose linked regexes are short but spell long bounds compiles expanded, and the same
-    schema with short bounds links."""
-    from engine.grammar import SHRINK_FROM
+def test_link_decision_weighs_spelled_string_bounds(qwen3_tokenizer, monkeypatch):
+    """The expansion counts strings bounded past COUNT_ABOVE beside its DFA, a linked grammar
+    spells those whose bounds are less than LINK_COUNT_FROM apart (here raised past 1,000): a
+    large schema whose linked regexes are short but spell long bounds compiles expanded, and the
+    same schema with short bounds links."""
+    from engine import grammar
     from engine.json_schema import schema_to_regex
+    monkeypatch.setattr(grammar, "LINK_COUNT_FROM", 2000)
 
     def schema(bound):
         inner = {"type": "object", "properties": {"note": {"type": "string", "maxLength": bound},
@@ -362,6 +395,6 @@ def test_link_decision_weighs_spelled_string_bounds(qwen3_tokenizer):
         return {"$defs": {"inner": inner}, "type": "object",
                 "properties": {f"p{i}": {"$ref": "#/$defs/inner"} for i in range(10)}}
     long, short = schema(1000), schema(20)
-    assert len(schema_to_regex(long, count_above=32).regex) > SHRINK_FROM
+    assert len(schema_to_regex(long, count_above=32).regex) > grammar.SHRINK_FROM
     assert not isinstance(engine.compile_json_schema(qwen3_tokenizer, long), LinkedGrammar)
     assert isinstance(engine.compile_json_schema(qwen3_tokenizer, short), LinkedGrammar)

@@ -54,7 +54,8 @@ def _serve(conn, vocab: Vocab, max_memory: int, parent: int) -> None:
             if kind == "lazy":
                 reply = ("ok", lazy_tables(regex, vocab, macro))
             elif kind == "linked":
-                reply = ("ok", link_tables(regex, vocab))
+                regexes, limits = regex
+                reply = ("ok", link_tables(regexes, vocab, limits))
             else:
                 a = build(regex, vocab, key, macro, max_edges)
                 reply = ("ok", (a.offsets, a.tokens, a.targets, a.final, a.dist))
@@ -142,7 +143,7 @@ def build_bounded(kind: str, regex: str, vocab: Vocab, key: str, macro, max_edge
                   max_memory: int) -> tuple:
     """Build in a builder process, one per concurrent build, so time and memory stay bounded: the
     arrays of an Automaton (``kind="automaton"``), of a LazyAutomaton (``kind="lazy"``) or of a
-    LinkedAutomaton (``kind="linked"``, ``regex`` a list of regexes)."""
+    LinkedAutomaton (``kind="linked"``, ``regex`` the regexes and their counters' limits)."""
     slot = (vocab.fingerprint, max_memory)
     with _IDLE_LOCK:
         at = next((i for i, (s, _) in enumerate(_IDLE) if s == slot), None)

@@ -87,20 +87,21 @@ def _cached(key: str, build, make):
 
 
 def compile_linked(regexes: list[str], vocab: Vocab, *, timeout: float | None = DEFAULT_TIMEOUT,
-                   max_memory: int = DEFAULT_BUILD_MEMORY) -> LinkedAutomaton:
-    """The linked automaton of a root regex and its definitions (see automata.linked): from
-    memory, from disk, or built in a builder process as ``compile_regex`` does."""
+                   max_memory: int = DEFAULT_BUILD_MEMORY, limits: list[int] = ()) -> LinkedAutomaton:
+    """The linked automaton of a root regex and its definitions (see automata.linked), ``limits``
+    those of its counter markers: from memory, from disk, or built in a builder process as
+    ``compile_regex`` does."""
     for r in regexes:
         check_regex_size(r)
-    h = hashlib.sha256(f"{store.FORMAT_VERSION}\0linked\0{vocab.fingerprint}".encode())
+    h = hashlib.sha256(f"{store.FORMAT_VERSION}\0linked\0{vocab.fingerprint}\0{list(limits)}".encode())
     for r in regexes:
         h.update(b"\0" + r.encode())
     key = h.hexdigest()[:32]
 
     def build():
         if timeout is not None:
-            return build_bounded("linked", list(regexes), vocab, key, None, 0, timeout, max_memory)
-        return link_tables(list(regexes), vocab)
+            return build_bounded("linked", (list(regexes), list(limits)), vocab, key, None, 0, timeout, max_memory)
+        return link_tables(list(regexes), vocab, list(limits))
     return _cached(key, build, lambda arrays: LinkedAutomaton(arrays, vocab, key))
 
 

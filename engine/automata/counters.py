@@ -46,8 +46,13 @@ def find_loops(trans: np.ndarray, limits: list[int]) -> dict[int, Loop]:
         for s in np.flatnonzero(cur == np.arange(n)).tolist():
             old = loops.get(s)
             if old is None or old.limit > limit:
-                loops[s] = Loop(s, limit, _inside(trans, s))
+                loops[s] = loop(trans, s, limit)
     return loops
+
+
+def loop(trans: np.ndarray, s: int, limit: int) -> Loop:
+    """The counted loop at state ``s`` taking up to ``limit`` characters."""
+    return Loop(s, limit, _inside(trans, s))
 
 
 def _inside(trans: np.ndarray, s: int) -> frozenset:

@@ -17,6 +17,13 @@ tokens left always finish in budget.
 A token may straddle parts (``"},{"`` returns from one definition and calls the next): the trie
 walk of a state reports where a token's bytes stand on a state that calls or returns, and the
 rest of the token is walked from that trie node on, in the part it enters.
+
+Long strings are counted, as in an expanded grammar (automata.counters): a definition written
+``"C{lo}(?:C|M)*"`` loops on its characters, and a configuration inside the loop holds (state,
+characters so far) for its state. Its loop takes at least as many characters as the longest
+token holds (the translation counts only such bounds), so a token can pass the limit only from
+inside the loop, where the count is known: a configuration that near the limit has its tokens
+walked with the count (counters.fits); farther from it, its tokens are the state's own.
 """
 
 from __future__ import annotations
@@ -28,8 +35,9 @@ import numpy as np
 
 from ..caches import Cache
 from ..errors import CompileError
-from ..symbols import link_symbol
+from ..symbols import counter_symbol, link_symbol
 from ..vocabulary import Vocab
+from . import counters
 from .automaton import UNREACHABLE, bfs, sorted_unique
 from .byte_dfa import byte_dfa
 from .index import Block, descend, token_edges, token_row_hits, vocabulary_trie
@@ -46,12 +54,16 @@ CLOSURES = Cache("linked closures", 1 << 18)  # by (key, configuration)
 STACK_COSTS = Cache("linked stack costs", 1 << 18)  # by (key, return stack): the bounds of its returns
 STEPS = Cache("linked steps", 1 << 18)  # by (key, state, token bytes): (configurations after, their largest cost)
 
-Config = tuple  # (stack: tuple of (part, state) return points, part, state)
+# (stack: tuple of (part, state) return points, part, state); inside a counted loop the state is
+# (state, characters so far) once the count is above 0
+Config = tuple
 
 
-def link_tables(regexes: list[str], vocab: Vocab) -> dict[str, np.ndarray]:
+def link_tables(regexes: list[str], vocab: Vocab, limits: list[int] = ()) -> dict[str, np.ndarray]:
     """For the root regex and the definitions after it (marker k calls part k + 1), each part's byte DFA with dead states cut, its calls and its bound, as named arrays:
-    ``trans{i}``, ``final{i}``, ``calls{i}`` ((m, 3): state, callee, return state), ``bound{i}``."""
+    ``trans{i}``, ``final{i}``, ``calls{i}`` ((m, 3): state, callee, return state), ``bound{i}``,
+    and ``loops{i}`` ((m, 2): loop state, limit) for the counted loops of counter markers whose
+    limits are ``limits``."""
     trie = vocabulary_trie(vocab)
     single = np.flatnonzero(vocab.byte_tokens >= 0)
     symbols = [(ch.encode(), i) for i, ch in vocab.symbols.items()]
@@ -61,7 +73,7 @@ def link_tables(regexes: list[str], vocab: Vocab) -> dict[str, np.ndarray]:
     unique = sorted(set(first.values()))
 
     def part(i: int) -> tuple:
-        return _part(regexes[i], len(regexes), trie, single, symbols)
+        return _part(regexes[i], len(regexes), trie, single, symbols, limits)
     if len(unique) > 1 and sum(len(regexes[i]) for i in unique) > PARALLEL_FROM:
         with ThreadPoolExecutor(min(PART_THREADS, len(unique))) as pool:  # outlines-core builds without the GIL
             built = dict(zip(unique, pool.map(part, unique)))
@@ -69,9 +81,9 @@ def link_tables(regexes: list[str], vocab: Vocab) -> dict[str, np.ndarray]:
         built = {i: part(i) for i in unique}
     edges = []
     for i, regex in enumerate(regexes):
-        trans, final, call, e = built[first[regex]]
+        trans, final, call, e, loops = built[first[regex]]
         edges.append(e)
-        out[f"trans{i}"], out[f"final{i}"], out[f"calls{i}"] = trans, final, call
+        out[f"trans{i}"], out[f"final{i}"], out[f"calls{i}"], out[f"loops{i}"] = trans, final, call, loops
     bounds = _bounds(edges, [out[f"calls{i}"] for i in range(len(regexes))],
                      [out[f"final{i}"] for i in range(len(regexes))])
     if bounds[0][0] >= UNREACHABLE:
@@ -121,11 +133,15 @@ def _bounds(edges: list, calls: list[np.ndarray], finals: list[np.ndarray]) -> l
     return bounds
 
 
-def _part(regex: str, count: int, trie, single: np.ndarray, symbols: list) -> tuple:
-    """One part's byte DFA with dead states cut, its calls ((m, 3): state, callee, return state)
-    and its token edges (single bytes, symbols, whole tokens along shortest byte paths)."""
+def _part(regex: str, count: int, trie, single: np.ndarray, symbols: list, limits: list[int]) -> tuple:
+    """One part's byte DFA with dead states cut, its calls ((m, 3): state, callee, return state),
+    its token edges (single bytes, symbols, whole tokens along shortest byte paths) and its counted
+    loops ((m, 2): state, limit; found before the cut, which drops their markers' paths)."""
     trans, final = byte_dfa(regex)
     n = len(final)
+    marked = any(counter_symbol(k) in regex for k in range(len(limits)))
+    found = counters.find_loops(trans, list(limits)) if marked else {}
+    loops = np.array([[x.state, x.limit] for x in found.values()], dtype=np.int64).reshape(-1, 2)
     calls = [np.zeros((0, 3), dtype=np.int32)]
     for k in range(count - 1):  # marker k calls part k + 1
         if link_symbol(k) in regex:
@@ -142,7 +158,7 @@ def _part(regex: str, count: int, trie, single: np.ndarray, symbols: list) -> tu
     trans = np.where(live[trans], trans, n).astype(np.int32)
     call = call[live[call[:, 0]] & live[call[:, 2]]]
     s2, _, d2, _ = token_edges(shortest_path_table(trans, steps), trie, 1 << 62)
-    return trans, final, call, (np.concatenate([src, s2]), np.concatenate([dst, d2]))
+    return trans, final, call, (np.concatenate([src, s2]), np.concatenate([dst, d2])), loops
 
 
 def _weighted_bound(src: np.ndarray, dst: np.ndarray, calls: np.ndarray, weights: np.ndarray, final: np.ndarray
@@ -184,6 +200,13 @@ class LinkedAutomaton:
             edge = np.append(self.final[i], False)
             edge[list(at)] = True
             self.boundary.append(edge)
+        self.loops: list[dict[int, counters.Loop]] = []
+        self.counted: list[counters.Tables | None] = []
+        for i in range(count):
+            found = arrays.get(f"loops{i}", np.zeros((0, 2), dtype=np.int64)).tolist()
+            loops = {s: counters.loop(self.trans[i], s, limit) for s, limit in found}
+            self.loops.append(loops)
+            self.counted.append(counters.tables(self.trans[i], loops) if loops else None)
         self.vocab = vocab
         self.key = key
         self._check_left_recursion()
@@ -223,7 +246,7 @@ class LinkedAutomaton:
         return c
 
     def cost(self, c: Config) -> int:
-        return int(self.bound[c[1]][c[2]]) + self.stack_cost(c[0])
+        return int(self.bound[c[1]][_state(c[2])]) + self.stack_cost(c[0])
 
     def costs(self, c: Config, states: np.ndarray) -> np.ndarray:
         """``cost`` of the configurations ``c``'s stack and part make with each of ``states``."""
@@ -241,7 +264,7 @@ class LinkedAutomaton:
             nxt = []
             if len(stack) < MAX_STACK:
                 nxt += [(stack + ((p, v),), k, 0) for k, v in self.calls[p].get(s, ())]
-            if stack and self.final[p][s]:
+            if stack and self.final[p][_state(s)]:
                 nxt.append((stack[:-1], *stack[-1]))
             for x in nxt:
                 if x not in seen:
@@ -271,16 +294,25 @@ class LinkedAutomaton:
         for b in text:
             nxt = set()
             for stack, p, s in cur:
-                t = int(self.trans[p][s, b])
-                if t != len(self.final[p]):
-                    nxt.update(self.closure((stack, p, t)) if self.boundary[p][t] else ((stack, p, t),))
+                loops = self.loops[p]
+                if loops:
+                    s, count = s if isinstance(s, tuple) else (s, 0)
+                    t, count = counters.step(self.trans[p], loops, s, count, bytes((b,)))
+                    if t < 0:
+                        continue
+                    to = (t, count) if count and counters.current_loop(loops, t) else t
+                else:
+                    t = to = int(self.trans[p][s, b])
+                    if t == len(self.final[p]):
+                        continue
+                nxt.update(self.closure((stack, p, t)) if self.boundary[p][t] else ((stack, p, to),))
             if not nxt:
                 return None, 0
             cur = nxt
         return tuple(sorted(cur)), max(map(self.cost, cur))
 
     def is_final(self, state: tuple) -> bool:
-        return any(not stack and self.final[p][s] for stack, p, s in state)
+        return any(not stack and self.final[p][_state(s)] for stack, p, s in state)
 
     def is_complete(self, state: tuple) -> bool:
         return self.is_final(state) and all(e[0] is None and len(e[1]) == 0 for e in map(self.edges, state))
@@ -292,6 +324,13 @@ class LinkedAutomaton:
         token leads nowhere within reach: then its tokens are listed), the other tokens each with
         the cost of the configuration it ends in, and the largest cost of all (-1 for none):
         budgets at or above it allow every token."""
+        stack, p, s = c
+        if isinstance(s, tuple):  # inside a counted loop: the state's own tokens, less those past its limit
+            own = self.edges((stack, p, s[0]))
+            if not self._near(p, *s):
+                return own
+            return EDGES.get_or_build((self.key, c), lambda: self._fitting(c, own))
+
         def build():
             toks: list = []
             costs: list = []
@@ -312,6 +351,24 @@ class LinkedAutomaton:
                 tok, cost = tok[live], cost[live]
             return block, tok, cost, max(cap, int(cost.max(initial=-1)))
         return EDGES.get_or_build((self.key, c), build)
+
+    def _near(self, p: int, s: int, count: int) -> bool:
+        """A token from ``s`` with ``count`` characters so far may pass its loop's limit."""
+        t = self.counted[p]
+        k = t.inside[s]
+        return k >= 0 and t.limits[k] - count < self.vocab.longest
+
+    def _fitting(self, c: Config, own: tuple) -> tuple:
+        """``edges`` of ``c`` (a counted configuration) from its state's own, ``own``: the tokens
+        that keep the count within its limit, listed."""
+        stack, p, (s, count) = c
+        block, toks, costs, _ = own
+        if block is not None:
+            ids, to = block.tokens()
+            toks, costs = np.concatenate([ids, toks]), np.concatenate([self.costs(c, to), costs])
+        ok = counters.fits(self.trans[p], self.loops[p], self.counted[p], s, count, self.vocab, toks)
+        toks, costs = toks[ok], costs[ok]
+        return None, toks, costs, int(costs.max(initial=-1))
 
     def _read(self, c: Config, walked: tuple, toks: list, costs: list) -> Block | None:
         """Collect the tokens of one walk from ``c`` and follow every boundary it stood on into the
@@ -370,3 +427,8 @@ class LinkedAutomaton:
     def cap(self, state: tuple) -> int:
         """The largest budget that can still change this state's mask."""
         return max([0] + [self.edges(c)[3] for c in state])
+
+
+def _state(s) -> int:
+    """A configuration's DFA state (inside a counted loop it is held with the count)."""
+    return s[0] if isinstance(s, tuple) else s

@@ -189,6 +189,7 @@ class Options:
     count_above: int | None = None  # plain strings with a longer maxLength are counted beside the DFA
     link: bool = False  # each referenced definition written once, uses as markers (automata.linked)
     extra_keys: bool = False  # undeclared keys after the declared ones where the schema allows them
+    link_count_from: int | None = None  # linking: strings whose bounds differ this much are counted
 
 
 @dataclass
@@ -871,18 +872,32 @@ class _Translator:
         if lo > hi:
             raise Unsatisfiable(f"minLength {lo} exceeds maxLength {hi}", pointer=p, keyword="maxLength")
         if self.o.link:
-            # a linked grammar counts no loops: one definition per bound, spelled once in its own
-            # DFA however many values use it; past max_length, in chunks of LINK_CHUNK characters
+            # one definition per bound however many values use it: counted when its bounds are
+            # link_count_from apart or more (no token can then pass the limit from outside the
+            # loop, see automata.linked), else spelled in its own DFA, past max_length in chunks
+            span = self.o.link_count_from
+            k = self.counter(hi - lo) if span is not None and hi - lo >= span and lo <= self.o.max_length else None
+            if k is not None:
+                return self.linked(json.dumps(["counted", lo, hi]),
+                                   lambda: f'"{STRING_CHAR}{{{lo}}}(?:{STRING_CHAR}|{counter_symbol(k)})*"', p)
             if hi > LINK_CHUNK * MAX_CHUNKS:
                 return None
             return self.linked(json.dumps(["string", lo, hi]), lambda: f'"{self.chunked(lo, hi, p)}"', p)
         if lo > 4 * self.o.max_length:  # the DFA still spells minLength: 16 states a character
             return None
-        if hi - lo not in self.counters:  # loops with one limit share a marker
+        k = self.counter(hi - lo)
+        if k is None:
+            return None
+        return f'"{STRING_CHAR}{{{lo}}}(?:{STRING_CHAR}|{counter_symbol(k)})*"'
+
+    def counter(self, limit: int) -> int | None:
+        """The marker number of counted loops taking up to ``limit`` characters (loops with one
+        limit share a marker); None when the markers are used up."""
+        if limit not in self.counters:
             if len(self.counters) >= COUNTER_SLOTS:
                 return None
-            self.counters.append(hi - lo)
-        return f'"{STRING_CHAR}{{{lo}}}(?:{STRING_CHAR}|{counter_symbol(self.counters.index(hi - lo))})*"'
+            self.counters.append(limit)
+        return self.counters.index(limit)
 
     def chunked(self, lo: int, hi: int, p: str) -> str:
         """From ``lo`` to ``hi`` string characters, linking: up to max_length spelled at once, more
@@ -1547,7 +1562,7 @@ def _is_valid(validator: Any, value: Any) -> bool | None:
 def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool = True,
                     max_depth: int = 3, max_repeat: int = 256, max_length: int = 256,
                     max_chars: int | None = None, count_above: int | None = None, link: bool = False,
-                    extra_keys: bool = False) -> Translation:
+                    extra_keys: bool = False, link_count_from: int | None = None) -> Translation:
     """Translate a JSON schema (dict, bool or JSON text) to a regex over JSON text.
 
     ``max_repeat`` and ``max_length`` are the largest item count and string length written into
@@ -1556,7 +1571,8 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     longer are written as free values of their declared types (listed as unenforced ``$ref``).
     With ``count_above``, plain strings whose maxLength is above it are written as marked loops
     whose limits are in ``Translation.counters`` (enforced by the grammar, see automata.counters);
-    with ``link`` too, as one definition per bound.
+    with ``link``, as one definition per bound, counted (its loop marked likewise) when the bounds
+    are ``link_count_from`` or more apart, spelled otherwise.
     ``max_length`` still bounds what the DFA spells: patterns' and formats' bounds, minLength.
     With ``link``, each referenced definition is written once, in ``Translation.definitions``,
     and each use as its marker (see automata.linked); recursion then nests without a depth bound.
@@ -1574,7 +1590,7 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     # each try until the regex fits ``max_chars`` (the last also nests free values one level only)
     if link:
         t = _Translator(schema, Options(whitespace, strict, max_depth, max_repeat, max_length, None, count_above, True,
-                                           extra_keys))
+                                           extra_keys, link_count_from))
         try:
             regex = t.value(schema, "#")
         except RecursionError:
