@@ -231,14 +231,23 @@ def test_mutual_recursion_agrees_with_jsonschema(qwen3_tokenizer, items):
     _verdict(qwen3_tokenizer, g, MUTUAL, items)
 
 
-@pytest.mark.parametrize("schema", [TREE, MUTUAL], ids=["tree", "mutual"])
+# a counted string (its bounds LINK_COUNT_FROM apart) under a recursive reference
+COUNTED = {"$defs": {"n": {"type": "object", "properties": {
+    "s": {"type": "string", "minLength": 3, "maxLength": 259}, "k": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"}
+
+
+@pytest.mark.parametrize("schema", [TREE, MUTUAL, COUNTED], ids=["tree", "mutual", "counted"])
 def test_random_client_finishes_valid_in_every_budget(qwen3_tokenizer, schema):
-    """A client that samples uniformly among allowed tokens (end-of-sequence when it is allowed,
-    half the time) ends complete and valid for every max_tokens from the minimum up."""
+    """A client that samples among allowed tokens (end-of-sequence when it is allowed, half the
+    time; for the counted string, one of the longest allowed tokens most of the time, so strings
+    reach their limit within the budget) ends complete and valid for every max_tokens from the
+    minimum up."""
     g = engine.compile_json_schema(qwen3_tokenizer, schema, link=True)
     eos = set(qwen3_tokenizer.all_special_ids) & set(g.vocab.eos_ids)
     rng = random.Random(3)
     validator = jsonschema.validators.validator_for(schema)(schema)
+    lengths = np.array([len(t or b"") for t in g.vocab.texts])
+    longest = 0
     for max_tokens in range(g.min_tokens, g.min_tokens + scale(12, 40)):
         for _ in range(scale(3, 10)):
             state, out = g.initial_state, []
@@ -248,12 +257,20 @@ def test_random_client_finishes_valid_in_every_budget(qwen3_tokenizer, schema):
                 ends = [t for t in allowed if t in eos]
                 if ends and (len(ends) == len(allowed) or rng.random() < 0.5):
                     break
-                t = rng.choice([t for t in allowed if t not in eos])
+                options = [t for t in allowed if t not in eos]
+                if schema is COUNTED and rng.random() < 0.8:
+                    options = sorted(options, key=lambda t: -lengths[t])[:20]
+                t = rng.choice(options)
                 out.append(t)
                 state = g.step(state, t, max_tokens - len(out))
                 assert state is not None
             assert len(out) <= max_tokens and g.is_final(state)
-            validator.validate(json.loads(qwen3_tokenizer.decode(out)))
+            value = json.loads(qwen3_tokenizer.decode(out))
+            validator.validate(value)
+            while isinstance(value, dict):  # the counted strings' lengths, down the references
+                longest = max(longest, len(value.get("s", "")))
+                value = value.get("k")
+    assert schema is not COUNTED or longest == 259, longest  # the strings reached their limit
     with pytest.raises(BudgetError):
         g.matcher(g.min_tokens - 1)
 
