@@ -22,8 +22,8 @@ Long strings are counted, as in an expanded grammar (automata.counters): a defin
 ``"C{lo}(?:C|M)*"`` loops on its characters, and a configuration inside the loop holds (state,
 characters so far) for its state. Its loop takes at least as many characters as the longest
 token holds (the translation counts only such bounds), so a token can pass the limit only from
-inside the loop, where the count is known: a configuration that near the limit has its tokens
-walked with the count (counters.fits); farther from it, its tokens are the state's own.
+inside the loop, where the count is known: near the limit a configuration's tokens are walked
+with the count (counters.fits), farther from it they are its state's own.
 """
 
 from __future__ import annotations
@@ -57,6 +57,11 @@ STEPS = Cache("linked steps", 1 << 18)  # by (key, state, token bytes): (configu
 # (stack: tuple of (part, state) return points, part, state); inside a counted loop the state is
 # (state, characters so far) once the count is above 0
 Config = tuple
+
+
+def _state(s) -> int:
+    """A configuration's DFA state (inside a counted loop it is held with the count)."""
+    return s[0] if isinstance(s, tuple) else s
 
 
 def link_tables(regexes: list[str], vocab: Vocab, limits: list[int] = ()) -> dict[str, np.ndarray]:
@@ -427,8 +432,3 @@ class LinkedAutomaton:
     def cap(self, state: tuple) -> int:
         """The largest budget that can still change this state's mask."""
         return max([0] + [self.edges(c)[3] for c in state])
-
-
-def _state(s) -> int:
-    """A configuration's DFA state (inside a counted loop it is held with the count)."""
-    return s[0] if isinstance(s, tuple) else s
