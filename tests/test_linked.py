@@ -382,6 +382,22 @@ def test_linked_long_strings_are_counted_with_the_masks_of_the_expansion(qwen3_t
         assert _verdict(qwen3_tokenizer, linked, schema, value) == (lo <= n <= hi), n
 
 
+@settings(max_examples=scale(6, 30), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lo=st.integers(0, 40), extra=st.integers(0, 40), data=st.data())
+def test_linked_counted_strings_agree_with_jsonschema(qwen3_tokenizer, lo, extra, data):
+    """Counted linked strings of drawn bounds (LINK_COUNT_FROM apart or more): drawn lengths around
+    and between them, with drawn characters (one-byte, escaped, multi-byte), walk through masks
+    that allow each token exactly when the step takes it, to jsonschema's verdict."""
+    from engine.grammar import LINK_COUNT_FROM
+    hi = lo + LINK_COUNT_FROM + extra
+    schema = _string_schema(lo, hi)
+    g = engine.compile_json_schema(qwen3_tokenizer, schema, link=True)
+    assert any("\\x{E000}-\\x{EFFF}]" in d and d.endswith(")*\"") for d in g.definitions)  # counted, not spelled
+    rng = random.Random(data.draw(st.integers(0, 1 << 30)))
+    n = data.draw(st.sampled_from([max(0, lo - 1), lo, hi, hi + 1]) | st.integers(lo, hi))
+    assert _verdict(qwen3_tokenizer, g, schema, {"k": {"s": _string_of(n, rng)}}) == (lo <= n <= hi), n
+
+
 @pytest.mark.parametrize("n", [0, 1, 39, 40, 41])
 def test_linked_bounded_strings_are_definitions_of_their_own(qwen3_tokenizer, n):
     """In a linked grammar a plain string bounded above grammar.COUNT_ABOVE is one definition per
