@@ -204,7 +204,8 @@ GRAMMARS = Cache("grammars", 1 << 30, lambda g: g.automaton.nbytes + len(g.regex
 SHRINK_FROM, SHRINK = 20_000, 1.5
 # A character spelled under a repetition bound is about 16 DFA states, some 32 regex characters'
 # worth: the expansion counts plain strings bounded past COUNT_ABOVE beside the DFA, a linked
-# grammar spells them (in chunks past LINKED_MAX_LENGTH), so sizes compare with that added.
+# grammar spells those whose bounds are less than LINK_COUNT_FROM apart (in chunks past
+# LINKED_MAX_LENGTH), so sizes compare with that added.
 SPELLED_COST = 32
 
 
