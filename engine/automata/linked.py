@@ -366,7 +366,7 @@ class LinkedAutomaton:
     def _fitting(self, c: Config, own: tuple) -> tuple:
         """``edges`` of ``c`` (a counted configuration) from its state's own, ``own``: the tokens
         that keep the count within its limit, listed."""
-        stack, p, (s, count) = c
+        _, p, (s, count) = c
         block, toks, costs, _ = own
         if block is not None:
             ids, to = block.tokens()
