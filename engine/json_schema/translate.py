@@ -876,28 +876,26 @@ class _Translator:
             # link_count_from apart or more (no token can then pass the limit from outside the
             # loop, see automata.linked), else spelled in its own DFA, past max_length in chunks
             span = self.o.link_count_from
-            k = self.counter(hi - lo) if span is not None and hi - lo >= span and lo <= self.o.max_length else None
-            if k is not None:
-                return self.linked(json.dumps(["counted", lo, hi]),
-                                   lambda: f'"{STRING_CHAR}{{{lo}}}(?:{STRING_CHAR}|{counter_symbol(k)})*"', p)
+            counted = self.counted(lo, hi) if span is not None and hi - lo >= span and lo <= self.o.max_length else None
+            if counted is not None:
+                return self.linked(json.dumps(["counted", lo, hi]), lambda: counted, p)
             if hi > LINK_CHUNK * MAX_CHUNKS:
                 return None
             return self.linked(json.dumps(["string", lo, hi]), lambda: f'"{self.chunked(lo, hi, p)}"', p)
         if lo > 4 * self.o.max_length:  # the DFA still spells minLength: 16 states a character
             return None
-        k = self.counter(hi - lo)
-        if k is None:
-            return None
-        return f'"{STRING_CHAR}{{{lo}}}(?:{STRING_CHAR}|{counter_symbol(k)})*"'
+        return self.counted(lo, hi)
 
-    def counter(self, limit: int) -> int | None:
-        """The marker number of counted loops taking up to ``limit`` characters (loops with one
-        limit share a marker); None when the markers are used up."""
+    def counted(self, lo: int, hi: int) -> str | None:
+        """A string of ``lo`` to ``hi`` characters whose loop is counted: ``lo`` spelled, then the
+        loop marked by the marker of its limit (loops with one limit share a marker); None when
+        the markers are used up."""
+        limit = hi - lo
         if limit not in self.counters:
             if len(self.counters) >= COUNTER_SLOTS:
                 return None
             self.counters.append(limit)
-        return self.counters.index(limit)
+        return f'"{STRING_CHAR}{{{lo}}}(?:{STRING_CHAR}|{counter_symbol(self.counters.index(limit))})*"'
 
     def chunked(self, lo: int, hi: int, p: str) -> str:
         """From ``lo`` to ``hi`` string characters, linking: up to max_length spelled at once, more
