@@ -1,6 +1,7 @@
 """The JSON-schema translator: exact ranges, strict refusals, lenient bookkeeping."""
 
 import json
+import math
 import re
 
 import jsonschema
@@ -695,6 +696,73 @@ def test_decimal_multiples_pass_jsonschema_float_division(decimals, lo, span, da
     for _ in range(10):
         jsonschema.validate(json.loads(data.draw(st.from_regex(rx, fullmatch=True))), schema)
 
+
+
+def _number_texts(value: float | int) -> list[str]:
+    """Spellings of a number as a model may write it: shortest, fixed to a few places, trailing zeros."""
+    texts = {repr(value), str(int(value)) if value == int(value) else repr(value)}
+    texts |= {f"{value:.{k}f}" for k in range(5)}
+    return [t for t in texts if not t.startswith("-0") or t.strip("-0.")]  # "-0.0": a narrowing
+
+
+@settings(max_examples=120, deadline=None)
+@given(step=st.sampled_from([0.01, 0.05, 0.1, 0.25, 2.5, 0.001, 1.5, 3, 7, 0.3]),
+       integer=st.booleans(), lo=st.integers(-500, 500), span=st.integers(0, 200),
+       exclusive=st.booleans(), data=st.data())
+def test_bounded_multiples_agree_with_jsonschema(step, integer, lo, span, exclusive, data):
+    """Between two bounds every multiple jsonschema accepts is written and no other number: it
+    divides a float step in floats, so 38.1 is a multiple of 0.01 there and 0.07 is not."""
+    scale = step / 100 if isinstance(step, float) else 1
+    schema = {"type": "integer" if integer else "number", "multipleOf": step,
+              "minimum": round(lo * scale * 10, 6), ("exclusiveMaximum" if exclusive else "maximum"): round((lo + span) * scale * 10, 6)}
+    try:
+        rx = re.compile(py_regex(schema_to_regex(schema).regex))
+    except Unsatisfiable:
+        assert not any(jsonschema.Draft202012Validator(schema).is_valid(k * step) for k in range(-10**5, 10**5)
+                       if schema["minimum"] <= k * step <= (lo + span) * scale * 10)
+        return
+    validator = jsonschema.Draft202012Validator(schema)
+    lo_v, hi_v = schema["minimum"], (lo + span) * scale * 10
+    for _ in range(40):
+        k = data.draw(st.integers(math.floor(lo_v / step) - 2, math.ceil(hi_v / step) + 2))
+        near = data.draw(st.sampled_from([0, 0, 0.001, -0.01, 0.5]))
+        for text in _number_texts(round(k * step + near, 6)):
+            if integer and "." in text:
+                continue  # integers are written without a fraction (a narrowing)
+            assert bool(rx.fullmatch(text)) == validator.is_valid(json.loads(text)), (schema, text)
+
+
+def test_a_percent_to_two_places_takes_what_jsonschema_takes():
+    """o46322's percentage (0 to 99.99, multipleOf 0.01): 38.1 and 38.10 are written; 0.07, which
+    jsonschema's float division refuses, and 38.111 are not."""
+    rx = re.compile(py_regex(schema_to_regex({"type": "number", "minimum": 0, "maximum": 99.99,
+                                              "multipleOf": 0.01}).regex))
+    assert all(rx.fullmatch(t) for t in ["38.1", "38.10", "99.99", "0", "7.5", "12.25", "0.0"])
+    assert not any(rx.fullmatch(t) for t in ["0.07", "38.111", "100", "-0.01", "99.991"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(step=st.sampled_from([2, 4, 5, 8, 10, 20, 25, 40, 50, 125, 200, 250, 500, 1000]),
+       lo=st.one_of(st.none(), st.integers(-3000, 3000)), hi=st.one_of(st.none(), st.integers(-3000, 3000)),
+       data=st.data())
+def test_integer_multiples_by_their_last_digits(step, lo, hi, data):
+    """A step dividing 1000 with a side unbounded: multiples are the integers whose last digits are,
+    beside the small ones spelled out; the regex agrees with jsonschema on integers of every size."""
+    schema = {"type": "integer", "multipleOf": step}
+    if lo is not None:
+        schema["minimum"] = lo
+    if hi is not None:
+        schema["maximum"] = hi
+    try:
+        rx = re.compile(py_regex(schema_to_regex(schema).regex))
+    except Unsatisfiable:
+        assert lo is not None and hi is not None and not any(k % step == 0 for k in range(lo, hi + 1))
+        return
+    validator = jsonschema.Draft202012Validator(schema)
+    for _ in range(60):
+        x = data.draw(st.one_of(st.integers(-5000, 5000), st.integers(-10**30, 10**30),
+                                st.integers(-10**6, 10**6).map(lambda v: v * step)))
+        assert bool(rx.fullmatch(str(x))) == validator.is_valid(x), (schema, x)
 
 
 def test_a_required_key_closed_out_leaves_the_other_types():

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from ..regexes import alternation
+import math
+from decimal import Decimal
+
+import numpy as np
+
+from ..caches import Cache
+from ..regexes import alternation, escape
 
 
 def _digits_range(lo: str, hi: str) -> str:
@@ -84,3 +90,114 @@ def number_range(lo, lo_incl, hi, hi_incl) -> str | None:
         if p:
             parts.append("-" + p)
     return alternation(parts) if parts else None
+
+
+# a multipleOf between two bounds is written value by value up to this many multiples
+MAX_MULTIPLES = 10_000
+MULTIPLES = Cache("number multiples", 1024)  # a definition's bounds are met once per reference
+
+
+def multiples(lo, lo_incl: bool, hi, hi_incl: bool, step, integer: bool) -> str | None:
+    """The numbers within the bounds (integers when ``integer``) that jsonschema takes for multiples
+    of ``step``, or None when the bounds hold more than MAX_MULTIPLES of them. jsonschema divides a
+    float step in floats, so 38.1 passes multipleOf 0.01 and 0.07 does not: each multiple is tried
+    as it would be and the ones that pass written, trailing zeros at will. "" when none passes."""
+    key = (lo, lo_incl, hi, hi_incl, step, type(step), integer)
+    return MULTIPLES.get_or_build(key, lambda: (_multiples(lo, lo_incl, hi, hi_incl, step, integer),))[0]
+
+
+def _multiples(lo, lo_incl: bool, hi, hi_incl: bool, step, integer: bool) -> str | None:
+    exact = Decimal(str(step))
+    decimals = max(0, -exact.normalize().as_tuple().exponent)
+    first, last = math.ceil(Decimal(str(lo)) / exact), math.floor(Decimal(str(hi)) / exact)
+    scale = 10 ** decimals
+    unit = int(exact * scale)  # the step in units of 10**-decimals
+    if last - first > MAX_MULTIPLES or max(abs(first), abs(last)) * unit >= 2 ** 53 or max(abs(lo), abs(hi)) >= 2 ** 53:
+        return None
+    units = np.arange(first, last + 1, dtype=np.int64) * unit
+    whole, frac = np.divmod(np.abs(units), scale)
+    # a decimal text's float is its units / scale rounded once, as IEEE division of exact operands rounds
+    value = units / scale
+    keep = (value > lo if not lo_incl else value >= lo) & (value < hi if not hi_incl else value <= hi)
+    if isinstance(step, float):
+        quotient = value / step
+        keep &= quotient == np.trunc(quotient)
+    else:
+        keep &= np.fmod(value, step) == 0
+    if integer:
+        keep &= frac == 0
+    fractions: dict[str, set[str]] = {}  # the integer part's text -> fractions that pass
+    for u, w, f in zip(units[keep].tolist(), whole[keep].tolist(), frac[keep].tolist()):
+        fractions.setdefault(f"-{w}" if u < 0 else str(w), set()).add(f"{f:0{decimals}d}" if f else "")
+    heads: dict[frozenset, list[str]] = {}
+    for head, fracs in fractions.items():
+        heads.setdefault(frozenset(fracs), []).append(head)
+    parts = []
+    for fracs, group in heads.items():
+        tail = _literals(sorted({f.rstrip("0") for f in fracs if f}))
+        if integer:
+            tail = ""
+        elif "" in fracs:
+            tail = rf"(?:\.(?:0+|{tail}0*))?" if tail else r"(?:\.0+)?"
+        else:
+            tail = rf"\.{tail}0*"
+        parts.append(_literals(group) + tail)
+    return alternation(sorted(parts)) if parts else ""
+
+
+def int_multiples(lo: int | None, hi: int | None, step: int) -> str | None:
+    """Integers lo..hi (None: unbounded) that are multiples of ``step``, or None when that cannot be
+    written briefly. A side without a bound needs a step dividing 1000: its multiples past the
+    small ones are the integers whose last digits are."""
+    k = next((k for k in range(4) if 10**k % step == 0), None)
+
+    def side(a: int, b: int | None) -> str | None:
+        """Magnitudes a..b that are multiples."""
+        start = -(-a // step) * step
+        if b is not None:
+            if (b - start) // step > MAX_MULTIPLES:
+                return None
+            return _literals([str(m) for m in range(start, b + 1, step)])
+        digits = max(len(str(a)), k or 1)
+        if k is None or 10**digits // step > MAX_MULTIPLES:
+            return None
+        small = [str(m) for m in range(start, 10**digits, step)]
+        ends = _literals([f"{m:0{k}d}" for m in range(0, 10**k, step)])
+        more = f"[0-9]{{{digits - k},}}" if digits > k else "[0-9]*"
+        return alternation(([_literals(small)] if small else []) + [f"[1-9]{more}{ends}"])
+    parts = []
+    if hi is None or hi >= 0:
+        parts.append(side(max(lo, 0) if lo is not None else 0, hi))
+    if lo is None or lo < 0:
+        parts.append(side(max(1, -hi) if hi is not None else 1, None if lo is None else -lo))
+        if parts[-1]:
+            parts[-1] = f"-(?:{parts[-1]})"
+    if None in parts:
+        return None
+    return alternation([x for x in parts if x])
+
+
+def _literals(words: list[str]) -> str:
+    """One regex for literal strings of digits and '-': shared prefixes written once, and
+    characters whose continuations are the same written as one class."""
+    tree: dict = {}
+    for w in words:
+        node = tree
+        for c in w:
+            node = node.setdefault(c, {})
+        node[""] = None
+
+    def walk(node: dict) -> str:
+        after: dict[str, str] = {}
+        for c, below in node.items():
+            if c:
+                rest = walk(below)
+                after[rest] = after.get(rest, "") + c
+        alts = [(escape(cs) if len(cs) == 1 else f"[{escape(cs)}]") + rest for rest, cs in after.items()]
+        if not alts:
+            return ""
+        body = "|".join(alts)
+        if "" in node:
+            return f"(?:{body})?"
+        return body if len(alts) == 1 else f"(?:{body})"
+    return walk(tree)

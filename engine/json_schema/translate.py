@@ -27,7 +27,7 @@ import jsonschema
 from ..errors import SchemaError
 from ..regexes import alternation, escape, repeat_bounds, sre_constants, sre_parse
 from ..symbols import COUNTER_SLOTS, LINK_SLOTS, SPECIAL_CLASS, counter_symbol, link_symbol
-from .numbers import int_range, number_range
+from .numbers import int_multiples, int_range, multiples, number_range
 from .patterns import PatternRegex
 
 WHITESPACE = r"[ ]?"
@@ -968,13 +968,18 @@ class _Translator:
             exp = Decimal(str(step)).normalize().as_tuple()
             if step == 1 or (integer and step == int(step) == 1):
                 integer = True
+            elif (out := self.multiples(lo, lo_incl, hi, hi_incl, step, integer)) is not None:
+                if not out:
+                    raise Unsatisfiable(f"no multiple of {step} lies between {lo} and {hi}", pointer=p,
+                                        keyword="multipleOf")
+                return out
             elif exp.digits == (1,) and exp.exponent < 0:
                 decimals = -exp.exponent
             elif not integer or step != 1:
                 self.skip(p, "multipleOf", f"multipleOf {step} is not enforced")
         if decimals is not None:
-            # jsonschema divides in floats: x / 0.01 is an integer exactly when x is a multiple a
-            # float holds exactly (12.25, not 0.07) and x * 100 stays under 2**53
+            # without both bounds: multiples a float holds exactly (12.25, not 0.07), which x / 0.01
+            # leaves an integer while x * 100 stays under 2**53
             if decimals > MAX_DECIMALS:
                 self.skip(p, "multipleOf", f"multipleOf {step} is not enforced")
                 decimals = None
@@ -985,8 +990,7 @@ class _Translator:
                 if hi is None or hi > cap:
                     hi, hi_incl = cap, True
         if integer:
-            ilo = None if lo is None else (math.ceil(lo) if lo_incl or lo != int(lo) else int(lo) + 1)
-            ihi = None if hi is None else (math.floor(hi) if hi_incl or hi != int(hi) else int(hi) - 1)
+            ilo, ihi = _integer_bounds(lo, lo_incl, hi, hi_incl)
             if ilo is not None and ihi is not None and ilo > ihi:
                 raise Unsatisfiable(f"no integer lies between {lo} and {hi}", pointer=p, keyword="maximum")
             return INTEGER if ilo is None and ihi is None else int_range(ilo, ihi)
@@ -1010,6 +1014,18 @@ class _Translator:
             out = out.replace(r"(?:\.[0-9]+)?", rf"(?:\.(?:0{{1,{decimals}}}|{nonzero}))?")
             out = out.replace(r"\.0+", rf"\.0{{1,{decimals}}}").replace(r"\.[0-9]*[1-9][0-9]*", rf"\.{nonzero}")
         return out
+
+    @staticmethod
+    def multiples(lo, lo_incl: bool, hi, hi_incl: bool, step, integer: bool) -> str | None:
+        """The multiples of ``step`` within the bounds, "" when none, None when not written here:
+        every one when the bounds hold few; integers by their last digits for a step dividing 1000."""
+        if lo is not None and hi is not None:
+            out = multiples(lo, lo_incl, hi, hi_incl, step, integer)
+            if out is not None:
+                return out
+        if isinstance(step, int):
+            return int_multiples(*_integer_bounds(lo, lo_incl, hi, hi_incl), step)
+        return None
 
     # ---- containers ----
 
@@ -1279,6 +1295,13 @@ class _Translator:
         except (_TooDeep, Unsatisfiable):
             return None
         return f"{key}{self.ws}:{self.ws}{value}"
+
+
+def _integer_bounds(lo, lo_incl: bool, hi, hi_incl: bool) -> tuple[int | None, int | None]:
+    """The least and greatest integers within the bounds (None: unbounded)."""
+    ilo = None if lo is None else (math.ceil(lo) if lo_incl or lo != int(lo) else int(lo) + 1)
+    ihi = None if hi is None else (math.floor(hi) if hi_incl or hi != int(hi) else int(hi) - 1)
+    return ilo, ihi
 
 
 def _exact_fractions(decimals: int) -> str:
