@@ -765,6 +765,19 @@ def test_integer_multiples_by_their_last_digits(step, lo, hi, data):
         assert bool(rx.fullmatch(str(x))) == validator.is_valid(x), (schema, x)
 
 
+@pytest.mark.parametrize("bounds", [{}, {"minimum": -75, "maximum": 400}])
+def test_all_of_integer_steps_merge_to_their_least_common_multiple(bounds):
+    """allOf with multipleOf 4 and 10: the multiples of 20, nothing else (branches that disagree
+    on a float step, or on any other keyword, are still refused)."""
+    schema = {"allOf": [{"type": "integer", "multipleOf": 4}, {"multipleOf": 10}], **bounds}
+    rx = py_regex(schema_to_regex(schema).regex)
+    validator = jsonschema.Draft202012Validator(schema)
+    for x in [*range(-500, 500), 10**12 + 20, 10**12 + 10, -(10**15) - 40]:
+        assert bool(rx.fullmatch(str(x))) == validator.is_valid(x), x
+    with pytest.raises(SchemaError, match="multipleOf"):
+        schema_to_regex({"allOf": [{"type": "number", "multipleOf": 0.5}, {"multipleOf": 0.25}]})
+
+
 def test_a_required_key_closed_out_leaves_the_other_types():
     """allOf: a branch closes out a key another requires, so no object fits; strings still do
     (hypothesis found the merge dropping the whole branch, which let a oneOf beside it overlap)."""

@@ -430,6 +430,9 @@ class _Translator:
                     merged[k] = max(merged[k], v)
                 elif k in ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"):
                     merged[k] = min(merged[k], v)
+                elif k == "multipleOf" and all(isinstance(x, int) and not isinstance(x, bool) and x > 0
+                                                for x in (merged[k], v)):
+                    merged[k] = math.lcm(merged[k], v)  # integer steps divide exactly: both hold
                 elif merged[k] != v:
                     self.skip(_ptr(p, "allOf", i), k, "allOf branches disagree on this keyword")
         if "patternProperties" in merged:
