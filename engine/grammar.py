@@ -19,6 +19,7 @@ from .caches import Cache
 from .constraint import walk
 from .errors import CompileError, SchemaError
 from .json_schema import WHITESPACE, check_schema, schema_key, schema_to_regex
+from .json_schema.translate import MAX_EXPANSION
 from .matcher import Matcher
 from .regexes import repeat_bounds
 from .vocabulary import Vocab, build_vocab
@@ -202,6 +203,11 @@ GRAMMARS = Cache("grammars", 1 << 30, lambda g: g.automaton.nbytes + len(g.regex
 # took 0.2-0.6 of the expanded ones), and any when linking enforces more (lenient mode loosens
 # references past a budget; linking need not).
 SHRINK_FROM, SHRINK = 20_000, 1.5
+# A strict expansion is stopped once its references have produced LINK_PROBE characters, and the
+# schema linked when its linked regexes cost a SHRINK-th of that or less (linked schemas' expansions
+# run to millions of characters: 30-70 ms of translation the decision then does without); else the
+# expansion runs on to MAX_EXPANSION and the sizes are compared as above.
+LINK_PROBE = 400_000
 # A character spelled under a repetition bound is about 16 DFA states, some 32 regex characters'
 # worth: the expansion counts plain strings bounded past COUNT_ABOVE beside the DFA, a linked
 # grammar spells those whose bounds are less than LINK_COUNT_FROM apart (in chunks past
@@ -267,26 +273,49 @@ def compile_json_schema(
         counters.token_matrix(vocab)
         if link:
             return _linked(None)
+        linked = None
         try:
-            t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
-                                max_length=MAX_LENGTH, max_chars=MAX_REGEX_CHARS, count_above=COUNT_ABOVE,
-                                extra_keys=extra_keys)
+            try:
+                # a strict expansion past LINK_PROBE characters stops there when links cost far less
+                t = expand(LINK_PROBE if strict and link is None else MAX_EXPANSION)
+            except SchemaError as e:
+                if not (strict and link is None and e.keyword == "$ref" and "expanding" in str(e)):
+                    raise
+                linked = translate_linked()
+                if linked is not None and _cost([linked.regex, *linked.definitions]) * SHRINK < LINK_PROBE:
+                    try:
+                        return _linked(None, linked)
+                    except (SchemaError, CompileError):
+                        pass  # the expansion may still compile
+                t = expand(MAX_EXPANSION)
         except SchemaError as e:
             if e.keyword != "$ref" or not ("expanding" in str(e) or "max_depth" in str(e)) or link is False:
                 raise
-            return _linked(e)
+            return _linked(e, linked)
         if link is None and (len(t.regex) > SHRINK_FROM or any(kw == "$ref" for _, kw in t.unenforced)):
-            try:
-                linked = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
-                                         max_length=LINKED_MAX_LENGTH, count_above=COUNT_ABOVE, link=True,
-                                         extra_keys=extra_keys, link_count_from=count_from)
-                if _cost([linked.regex, *linked.definitions]) * SHRINK < _cost([t.regex]) \
-                        or len(linked.unenforced) < len(t.unenforced):
+            linked = linked or translate_linked()
+            if linked is not None and (_cost([linked.regex, *linked.definitions]) * SHRINK < _cost([t.regex])
+                                       or len(linked.unenforced) < len(t.unenforced)):
+                try:
                     return _linked(None, linked)
-            except (SchemaError, CompileError):
-                pass  # the expansion compiles, or fails with its own error
+                except (SchemaError, CompileError):
+                    pass  # the expansion compiles, or fails with its own error
         return Grammar(vocab, compile_regex(t.regex, vocab, timeout=timeout, lazy=True), t.regex, schema, t.unenforced,
                        t.counters)
+
+    def expand(max_expansion: int) -> Any:
+        return schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
+                               max_length=MAX_LENGTH, max_chars=MAX_REGEX_CHARS, count_above=COUNT_ABOVE,
+                               extra_keys=extra_keys, max_expansion=max_expansion)
+
+    def translate_linked() -> Any:
+        """The linked translation, or None when the schema has none (its error is the expansion's to give)."""
+        try:
+            return schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
+                                   max_length=LINKED_MAX_LENGTH, count_above=COUNT_ABOVE, link=True,
+                                   extra_keys=extra_keys, link_count_from=count_from)
+        except SchemaError:
+            return None
 
     def _linked(failed: SchemaError | None, t: Any = None) -> Grammar:
         try:

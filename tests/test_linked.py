@@ -287,6 +287,38 @@ def test_linking_compiles_what_expansion_refuses(qwen3_tokenizer):
         _verdict(qwen3_tokenizer, g, row["schema"], test["data"], masks=False)
 
 
+def test_an_expansion_stops_at_the_probe_when_links_cost_far_less(qwen3_tokenizer, monkeypatch):
+    """Github_ultra o10335's references expand past the bound and link to ~65 k characters: the
+    expansion stops once its references have produced LINK_PROBE characters, never run to
+    MAX_EXPANSION, and the grammar is the linked one it was before the probe (the same regexes).
+    A schema whose links do not cost a SHRINK-th of the probe runs its expansion on (here with the
+    probe lowered under it)."""
+    from engine import grammar
+    from engine.json_schema import schema_to_regex
+    row = next(r for r in _ref_rows() if r["id"] == "Github_ultra---o10335")
+    limits = []
+    real = grammar.schema_to_regex
+
+    def spy(*args, **kw):
+        limits.append(kw.get("max_expansion"))
+        return real(*args, **kw)
+    monkeypatch.setattr(grammar, "schema_to_regex", spy)
+    engine.clear_caches(vocabularies=False)
+    g = engine.compile_json_schema(qwen3_tokenizer, row["schema"], timeout=None)
+    assert isinstance(g, LinkedGrammar) and limits == [grammar.LINK_PROBE, None]
+    linked = schema_to_regex(row["schema"], link=True, max_length=grammar.LINKED_MAX_LENGTH,
+                             count_above=grammar.COUNT_ABOVE, link_count_from=max(grammar.LINK_COUNT_FROM,
+                                                                                 g.vocab.longest))
+    assert (g.regex, g.definitions) == (linked.regex, linked.definitions)
+    with pytest.raises(SchemaError, match="expanding the references gives a regex over 1000 characters"):
+        schema_to_regex(row["schema"], max_expansion=1000)
+    monkeypatch.setattr(grammar, "LINK_PROBE", 20_000)  # under the links' cost times SHRINK: expand on
+    limits.clear()
+    engine.clear_caches(vocabularies=False)
+    assert isinstance(engine.compile_json_schema(qwen3_tokenizer, row["schema"], timeout=None), LinkedGrammar)
+    assert limits == [20_000, None, grammar.MAX_EXPANSION]
+
+
 def test_generation_with_a_linked_grammar(tiny_model):
     """engine.generate with a linked grammar on a random-weight model: every output parses,
     validates and reports how it ended, in budgets from the minimum up."""

@@ -190,6 +190,7 @@ class Options:
     link: bool = False  # each referenced definition written once, uses as markers (automata.linked)
     extra_keys: bool = False  # undeclared keys after the declared ones where the schema allows them
     link_count_from: int | None = None  # linking: strings whose bounds differ this much are counted
+    max_expansion: int = MAX_EXPANSION  # characters all $ref expansions may produce
 
 
 @dataclass
@@ -331,8 +332,8 @@ class _Translator:
             self.expanding.pop()
         # definitions that refer to each other many times over expand exponentially: stop early
         self.expanded += len(out)
-        if self.expanded > MAX_EXPANSION:
-            raise SchemaError(f"expanding the references gives a regex over {MAX_EXPANSION} characters",
+        if self.expanded > self.o.max_expansion:
+            raise SchemaError(f"expanding the references gives a regex over {self.o.max_expansion} characters",
                               pointer=p, keyword="$ref")
         return out
 
@@ -1586,7 +1587,8 @@ def _is_valid(validator: Any, value: Any) -> bool | None:
 def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool = True,
                     max_depth: int = 3, max_repeat: int = 256, max_length: int = 256,
                     max_chars: int | None = None, count_above: int | None = None, link: bool = False,
-                    extra_keys: bool = False, link_count_from: int | None = None) -> Translation:
+                    extra_keys: bool = False, link_count_from: int | None = None,
+                    max_expansion: int = MAX_EXPANSION) -> Translation:
     """Translate a JSON schema (dict, bool or JSON text) to a regex over JSON text.
 
     ``max_repeat`` and ``max_length`` are the largest item count and string length written into
@@ -1598,7 +1600,8 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     with ``link``, as one definition per bound, counted (its loop marked likewise) when the bounds
     are ``link_count_from`` or more apart, spelled otherwise.
     ``max_length`` still bounds what the DFA spells: patterns' and formats' bounds, minLength.
-    With ``link``, each referenced definition is written once, in ``Translation.definitions``,
+    ``max_expansion`` bounds the characters all $ref expansions produce (past it: a SchemaError on
+    ``$ref`` saying "expanding"). With ``link``, each referenced definition is written once, in ``Translation.definitions``,
     and each use as its marker (see automata.linked); recursion then nests without a depth bound.
     By default an object writes its declared keys only (a narrowing where the schema allows more);
     with ``extra_keys`` it may write undeclared ones after them where the schema allows any (no
@@ -1624,7 +1627,7 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     for budget in budgets:
         depth = 1 if budget == 0 else max_depth
         t = _Translator(schema, Options(whitespace, strict, depth, max_repeat, max_length, budget, count_above, False,
-                                           extra_keys))
+                                           extra_keys, None, max_expansion))
         try:
             regex = t.value(schema, "#")
         except _TooDeep:
