@@ -132,7 +132,7 @@ class Vocab:
     @cached_property
     def longest(self) -> int:
         """The most bytes one token's text holds."""
-        return max(len(t or b"") for t in self.texts)
+        return max(map(len, filter(None, self.texts)), default=0)  # C-level loops: 150k texts in ms
 
     @cached_property
     def byte_tokens(self) -> np.ndarray:
@@ -179,7 +179,8 @@ class Vocab:
         return np.asarray(self.eos_ids, dtype=np.int64)
 
 
-VOCABS = Cache("vocabularies", 16, per_vocabulary=True)  # by tokenizer object: reading a vocabulary takes about a second
+# by tokenizer object, and by fingerprint: reading a vocabulary takes about a second
+VOCABS = Cache("vocabularies", 32, per_vocabulary=True)
 
 
 def build_vocab(tokenizer: Any, *, size: int | None = None, eos_ids: list[int] | None = None) -> Vocab:
@@ -231,6 +232,8 @@ def build_vocab(tokenizer: Any, *, size: int | None = None, eos_ids: list[int] |
         name=getattr(hf, "name_or_path", ""),
         dropped=tuple(dropped),
     )
+    # a tokenizer loaded twice reads to one Vocab, so its derived tables (0.5 s of them) are built once
+    out = VOCABS.get_or_build(("fingerprint", out.fingerprint), lambda: out)
     if cacheable:
         try:
             VOCABS.put(tokenizer, out)

@@ -81,3 +81,29 @@ def test_json_strings_cannot_hold_special_tokens(family):
     specials = set(vocab.special.values())
     assert not allowed & specials
     assert len(allowed) > 0.9 * (len(vocab.token_bytes) - len(specials))
+
+
+def test_a_tokenizer_loaded_twice_reads_to_one_vocabulary():
+    """Two loads of one tokenizer give one Vocab object, so the tables derived from it (its
+    outlines-core map: 0.5 s for Qwen3) are built once per process, not once per load."""
+    from transformers import AutoTokenizer
+    from conftest import tokenizer_dir
+
+    first = build_vocab(load_tokenizer("qwen3"))
+    again = build_vocab(AutoTokenizer.from_pretrained(str(tokenizer_dir("qwen3"))))
+    assert again is first
+    assert build_vocab(load_tokenizer("llama3")) is not first
+
+
+@pytest.mark.parametrize("family", ["qwen3", "mistral"])
+def test_tokens_extending_a_prefix_are_the_trie_subtree(family):
+    """The tokens that start with a prefix and run on past it, read from the trie, are exactly
+    those a scan of every token finds (symbols included: they are tokens of the trie too)."""
+    from engine.automata.index import tokens_extending
+
+    vocab = build_vocab(load_tokenizer(family))
+    texts = vocab.outlines_map
+    for prefix in [b'{"', b'"', b'",', b" {", b"\xe2", b"xyzzy-no-token", b"a", b"<"]:
+        want = sorted(i for text, ids in texts.items() if text.startswith(prefix) and len(text) > len(prefix)
+                      for i in ids)
+        assert sorted(tokens_extending(vocab, prefix).tolist()) == want, prefix

@@ -106,6 +106,24 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
         return TRIES.put(vocab.fingerprint, got)
 
 
+def tokens_extending(vocab: Vocab, prefix: bytes) -> np.ndarray:
+    """The ids of the tokens (symbols included) whose bytes start with ``prefix`` and run on past
+    it: the trie's subtree below ``prefix``, level by level."""
+    trie = vocabulary_trie(vocab)
+    node = 0
+    for b in prefix:
+        lo, hi = int(trie.coff[node]), int(trie.coff[node + 1])
+        k = lo + int(np.searchsorted(trie.byte[lo:hi], b))  # a node's children are in byte order
+        if k >= hi or trie.byte[k] != b:
+            return np.zeros(0, dtype=np.int32)
+        node = k
+    found, frontier = [], np.array([node])
+    while len(frontier):
+        _, frontier = ranges(frontier, trie.coff)
+        found.append(trie.ids[ranges(frontier, trie.eoff)[1]])
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int32)
+
+
 @dataclass(frozen=True)
 class _Run:
     """A character class's byte automaton laid over the trie.

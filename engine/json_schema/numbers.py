@@ -1,4 +1,5 @@
-"""Integer and decimal ranges as regexes: exact numeric bounds without leading zeros."""
+"""Integer and decimal ranges, and the multiples of a step within them, as regexes: exact numeric
+bounds without leading zeros."""
 
 from __future__ import annotations
 

@@ -972,7 +972,7 @@ class _Translator:
             exp = Decimal(str(step)).normalize().as_tuple()
             if step == 1 or (integer and step == int(step) == 1):
                 integer = True
-            elif (out := self.multiples(lo, lo_incl, hi, hi_incl, step, integer)) is not None:
+            elif (out := _multiples_within(lo, lo_incl, hi, hi_incl, step, integer)) is not None:
                 if not out:
                     raise Unsatisfiable(f"no multiple of {step} lies between {lo} and {hi}", pointer=p,
                                         keyword="multipleOf")
@@ -1018,18 +1018,6 @@ class _Translator:
             out = out.replace(r"(?:\.[0-9]+)?", rf"(?:\.(?:0{{1,{decimals}}}|{nonzero}))?")
             out = out.replace(r"\.0+", rf"\.0{{1,{decimals}}}").replace(r"\.[0-9]*[1-9][0-9]*", rf"\.{nonzero}")
         return out
-
-    @staticmethod
-    def multiples(lo, lo_incl: bool, hi, hi_incl: bool, step, integer: bool) -> str | None:
-        """The multiples of ``step`` within the bounds, "" when none, None when not written here:
-        every one when the bounds hold few; integers by their last digits for a step dividing 1000."""
-        if lo is not None and hi is not None:
-            out = multiples(lo, lo_incl, hi, hi_incl, step, integer)
-            if out is not None:
-                return out
-        if isinstance(step, int):
-            return int_multiples(*_integer_bounds(lo, lo_incl, hi, hi_incl), step)
-        return None
 
     # ---- containers ----
 
@@ -1299,6 +1287,18 @@ class _Translator:
         except (_TooDeep, Unsatisfiable):
             return None
         return f"{key}{self.ws}:{self.ws}{value}"
+
+
+def _multiples_within(lo, lo_incl: bool, hi, hi_incl: bool, step, integer: bool) -> str | None:
+    """The multiples of ``step`` within the bounds, "" when none, None when not written this way:
+    each one when both bounds hold few; else integers by their last digits (numbers.int_multiples)."""
+    if lo is not None and hi is not None:
+        out = multiples(lo, lo_incl, hi, hi_incl, step, integer)
+        if out is not None:
+            return out
+    if isinstance(step, int):
+        return int_multiples(*_integer_bounds(lo, lo_incl, hi, hi_incl), step)
+    return None
 
 
 def _integer_bounds(lo, lo_incl: bool, hi, hi_incl: bool) -> tuple[int | None, int | None]:
@@ -1601,8 +1601,9 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     are ``link_count_from`` or more apart, spelled otherwise.
     ``max_length`` still bounds what the DFA spells: patterns' and formats' bounds, minLength.
     ``max_expansion`` bounds the characters all $ref expansions produce (past it: a SchemaError on
-    ``$ref`` saying "expanding"). With ``link``, each referenced definition is written once, in ``Translation.definitions``,
-    and each use as its marker (see automata.linked); recursion then nests without a depth bound.
+    ``$ref`` saying "expanding"). With ``link``, each referenced definition is written once, in
+    ``Translation.definitions``, and each use as its marker (see automata.linked); recursion then
+    nests without a depth bound.
     By default an object writes its declared keys only (a narrowing where the schema allows more);
     with ``extra_keys`` it may write undeclared ones after them where the schema allows any (no
     patternProperties, propertyNames, maxProperties or unevaluatedProperties on that object).
