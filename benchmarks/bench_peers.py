@@ -537,6 +537,29 @@ def fmt_ms(x):
     return f"{x * 1000:.3g}" if x == x else "–"
 
 
+def tool_table(tool_rows) -> list[str]:
+    lines = ["toolgate lazy is the default (each tool's arguments compile at its first call); eager compiles "
+             "everything up front, like xgrammar's structural tag (`get_model_structural_tag`, families it "
+             "covers; mistral and glm45 have no builtin tag). Each cell is one compile in a fresh forked child "
+             "with an empty disk cache.", "",
+             "| family | tools | toolgate lazy | toolgate eager | xgrammar structural tag |", "|---|---|---|---|---|"]
+    for row in tool_rows:
+        cells = [row.get(k, "–") for k in ("lazy", "eager", "xgrammar")]
+        lines.append(f"| {row['family']} | {row['n']} | " + " | ".join(f"{c:.3f}" if isinstance(c, float) else str(c)
+                                                                   for c in cells) + " |")
+    return lines
+
+
+def tools_report(argv: str, tool_rows, elapsed: float) -> str:
+    """Section 5 alone (``--tools-only``)."""
+    return "\n".join([
+        "# Tool-call grammars beside xgrammar: compile to the first mask, s", "",
+        f"Command: `python benchmarks/bench_peers.py {argv}` ({elapsed / 60:.0f} min), bench_peers' section 5 alone.  ",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()}, Python {platform.python_version()}; "
+        f"mlx {version('mlx')}, mlx-lm {version('mlx-lm')}, xgrammar {version('xgrammar')}. Tools: BFCL then MCP tools, "
+        "in file order.", "", *tool_table(tool_rows)]) + "\n"
+
+
 def report(args, records, names, rates, tool_rows, elapsed):
     subsets = sorted({r["subset"] for r in records})
     lines = [
@@ -630,15 +653,8 @@ def report(args, records, names, rates, tool_rows, elapsed):
             if v:
                 lines.append(f"| {model_name} | {name} | {statistics.median(v):.1f} | "
                              f"{statistics.median(v) / base:.3f} | {', '.join(f'{x:.1f}' for x in v)} |")
-    lines += ["", "## 5. Tool-call grammars: compile to the first mask, s (BFCL then MCP tools, in file order)", "",
-              "toolgate lazy is the default (each tool's arguments compile at its first call); eager compiles "
-              "everything up front, like xgrammar's structural tag (`get_model_structural_tag`, families it "
-              "covers; mistral and glm45 have no builtin tag).", "",
-              "| family | tools | toolgate lazy | toolgate eager | xgrammar structural tag |", "|---|---|---|---|---|"]
-    for row in tool_rows:
-        cells = [row.get(k, "–") for k in ("lazy", "eager", "xgrammar")]
-        lines.append(f"| {row['family']} | {row['n']} | " + " | ".join(f"{c:.3f}" if isinstance(c, float) else str(c)
-                                                                   for c in cells) + " |")
+    lines += ["", "## 5. Tool-call grammars: compile to the first mask, s (BFCL then MCP tools, in file order)", ""]
+    lines += tool_table(tool_rows)
     refusals: dict[str, list[str]] = {}
     for r in records:
         if r["engine"] == "toolgate" and r["status"] != "compiled":
@@ -661,7 +677,16 @@ def main():
     ap.add_argument("--extra-keys", action="store_true", help="toolgate writes undeclared object keys where allowed")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS.md"))
     ap.add_argument("--from-json", help="re-render the report and plots from a saved results_peers.json")
+    ap.add_argument("--tools-only", action="store_true",
+                    help="only the tool-call compile section, written to --out (default RESULTS_TOOLS_PEERS.md)")
     args = ap.parse_args()
+    if args.tools_only:
+        started = time.perf_counter()
+        os.environ["TOOLGATE_CACHE_DIR"] = tempfile.mkdtemp(prefix="toolgate-bench-")
+        rows = tool_bench(list(bench_tools.TOKENIZER_OF), [1, 10, 50, 150], 120.0)
+        out = Path(args.out) if args.out != ap.get_default("out") else ROOT / "benchmarks" / "RESULTS_TOOLS_PEERS.md"
+        out.write_text(tools_report(" ".join(sys.argv[1:]), rows, time.perf_counter() - started))
+        return
     if args.from_json:
         saved = json.loads(Path(args.from_json).read_text())
         vars(args).update(saved["args"])
