@@ -974,8 +974,8 @@ class _Translator:
                 integer = True
             elif (out := _multiples_within(lo, lo_incl, hi, hi_incl, step, integer)) is not None:
                 if not out:
-                    raise Unsatisfiable(f"no multiple of {step} lies between {lo} and {hi}", pointer=p,
-                                        keyword="multipleOf")
+                    raise Unsatisfiable(f"no number between {lo} and {hi} is a multiple of {step} as jsonschema "
+                                        "divides", pointer=p, keyword="multipleOf")
                 return out
             elif exp.digits == (1,) and exp.exponent < 0:
                 decimals = -exp.exponent
