@@ -281,7 +281,7 @@ def compile_json_schema(
             except SchemaError as e:
                 if not (strict and link is None and e.keyword == "$ref" and "expanding" in str(e)):
                     raise
-                linked = translate_linked()
+                linked = try_linked()
                 if linked is not None and _cost([linked.regex, *linked.definitions]) * SHRINK < LINK_PROBE:
                     try:
                         return _linked(None, linked)
@@ -293,7 +293,7 @@ def compile_json_schema(
                 raise
             return _linked(e, linked)
         if link is None and (len(t.regex) > SHRINK_FROM or any(kw == "$ref" for _, kw in t.unenforced)):
-            linked = linked or translate_linked()
+            linked = linked or try_linked()
             if linked is not None and (_cost([linked.regex, *linked.definitions]) * SHRINK < _cost([t.regex])
                                        or len(linked.unenforced) < len(t.unenforced)):
                 try:
@@ -309,20 +309,21 @@ def compile_json_schema(
                                extra_keys=extra_keys, max_expansion=max_expansion)
 
     def translate_linked() -> Any:
+        return schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
+                               max_length=LINKED_MAX_LENGTH, count_above=COUNT_ABOVE, link=True,
+                               extra_keys=extra_keys, link_count_from=count_from)
+
+    def try_linked() -> Any:
         """The linked translation, or None when the schema has none (its error is the expansion's to give)."""
         try:
-            return schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
-                                   max_length=LINKED_MAX_LENGTH, count_above=COUNT_ABOVE, link=True,
-                                   extra_keys=extra_keys, link_count_from=count_from)
+            return translate_linked()
         except SchemaError:
             return None
 
     def _linked(failed: SchemaError | None, t: Any = None) -> Grammar:
         try:
             if t is None:
-                t = schema_to_regex(schema, whitespace=whitespace, strict=strict, max_depth=max_depth,
-                                    max_length=LINKED_MAX_LENGTH, count_above=COUNT_ABOVE, link=True,
-                                    extra_keys=extra_keys, link_count_from=count_from)
+                t = translate_linked()
             automaton = compile_linked([t.regex, *t.definitions], vocab, timeout=timeout, limits=t.counters)
         except (SchemaError, CompileError):
             if failed is not None:
