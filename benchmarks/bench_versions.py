@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-def worker(tree: str, per_subset: int, limit: float) -> None:
+def worker(tree: str, per_subset: int, limit: float, extra_keys: bool) -> None:
     """Answer schema indices read from stdin with one JSON record each."""
     sys.path[:0] = [tree, str(HERE)]
     import engine
@@ -39,7 +39,7 @@ def worker(tree: str, per_subset: int, limit: float) -> None:
     _, tok = mlx_lm.load(str(folder))
     hf = AutoTokenizer.from_pretrained(str(bp.SHARED / "tokenizers" / "qwen3"))
     os.environ["TOOLGATE_CACHE_DIR"] = tempfile.mkdtemp()
-    eng = bp.Toolgate(tok)
+    eng = bp.Toolgate(tok, extra_keys=extra_keys)
     rows = bp.load_rows(per_subset)
     print(json.dumps({"schemas": len(rows)}), flush=True)
     for line in sys.stdin:
@@ -117,10 +117,12 @@ def main() -> None:
     ap.add_argument("--per-subset", type=int, default=5)
     ap.add_argument("--limit", type=float, default=30.0)
     ap.add_argument("--out", default=str(HERE / "RESULTS_VERSIONS.md"))
+    ap.add_argument("--head-extra-keys", action="store_true",
+                    help="the head compiles with extra_keys=True (with --base HEAD: that option's cost alone)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        return worker(args.worker, args.per_subset, args.limit)
+        return worker(args.worker, args.per_subset, args.limit, args.head_extra_keys)
     if not args.base:
         ap.error("--base is required")
     args.argv = " ".join(sys.argv[1:])
@@ -128,10 +130,12 @@ def main() -> None:
     tree = tempfile.mkdtemp(prefix="toolgate-base-")
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", tree, args.base], check=True)
     dirty = " with uncommitted changes" if git("status", "--porcelain", "--", "engine") else ""
-    labels = {"base": git("rev-parse", "--short", args.base), "head": git("rev-parse", "--short", "HEAD") + dirty}
+    labels = {"base": git("rev-parse", "--short", args.base), "head": git("rev-parse", "--short", "HEAD") + dirty
+              + (" with extra_keys=True" if args.head_extra_keys else "")}
     try:
-        cmd = [sys.executable, __file__, "--per-subset", str(args.per_subset), "--limit", str(args.limit), "--worker"]
-        procs = {k: subprocess.Popen(cmd + [t], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        cmd = [sys.executable, __file__, "--per-subset", str(args.per_subset), "--limit", str(args.limit)]
+        extra = {"base": [], "head": ["--head-extra-keys"] if args.head_extra_keys else []}
+        procs = {k: subprocess.Popen(cmd + extra[k] + ["--worker", t], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      text=True) for k, t in (("base", tree), ("head", str(ROOT)))}
         count = [json.loads(p.stdout.readline())["schemas"] for p in procs.values()][0]
         res: dict[str, list[dict]] = {"base": [], "head": []}

@@ -21,6 +21,7 @@ from conftest import DATA, load_tokenizer, scale
 from instances import canonical_text
 from engine.automata import MaskTable, compile_regex
 from engine.json_schema import schema_to_regex
+from engine.json_schema.translate import key_except
 from engine.vocabulary import build_vocab
 
 SCHEMAS = [
@@ -106,6 +107,62 @@ def test_lazy_equals_materialised_on_jsonschemabench(qwen3_tokenizer):
     # measured: 65-88 % of the state pairs exact, none more than 4 tokens above
     assert sum(n for gap, n in slack.items() if gap == 0) >= 0.6 * sum(slack.values())
     assert max(slack) <= 6
+
+
+class _ByteWalk:
+    """Every token's next state from a state, its bytes stepped one column at a time over all
+    tokens (no trie, no class runs): the reference a state's row must reproduce."""
+
+    def __init__(self, vocab):
+        texts = list(vocab.outlines_map)
+        self.padded = np.full((len(texts), max(map(len, texts))), -1, dtype=np.int64)
+        for r, text in enumerate(texts):
+            self.padded[r, :len(text)] = list(text)
+        self.ids = np.array([i for t in texts for i in vocab.outlines_map[t]], dtype=np.int64)
+        self.text_of = np.repeat(np.arange(len(texts)), [len(vocab.outlines_map[t]) for t in texts])
+
+    def row(self, trans: np.ndarray, state: int) -> tuple[np.ndarray, np.ndarray]:
+        """(token ids sorted, next states) of the tokens that live from ``state``."""
+        dead = trans.shape[0] - 1
+        cur = np.full(len(self.padded), state, dtype=np.int64)
+        for col in self.padded.T:
+            on = np.flatnonzero((col >= 0) & (cur != dead))
+            if not len(on):
+                break
+            cur[on] = trans[cur[on], col[on]]
+        nxt = cur[self.text_of]
+        alive = nxt != dead
+        order = np.argsort(self.ids[alive])
+        return self.ids[alive][order], nxt[alive][order]
+
+
+@pytest.mark.parametrize("names", [["quote", "enabled"], [" lead", "e", "ea", "éa", 'x"y', "ü"],
+                                   [chr(c) + "z" for c in range(ord("a"), ord("z") + 1)]])
+def test_rows_beside_names_a_key_steers_around_are_the_byte_walk(qwen3_tokenizer, names):
+    """A key that is none of ``names`` (undeclared keys) steps, at each letter of the names, on
+    every other character to free text: those states take a JSON string's run less the tokens
+    beginning with the names' letters (walked instead), not a run of their own class. Every
+    state's row is the token-by-token byte walk, next states equal or twins (same DFA row)."""
+    vocab = build_vocab(qwen3_tokenizer)
+    walk = _ByteWalk(vocab)
+    lazy = compile_regex(key_except(names) + ":", vocab, timeout=60, lazy=True)
+    skipping = 0
+    for state in range(len(lazy.final)):
+        block = lazy.parts(state)[0]
+        if block is None or not len(block.run.skip_first):
+            if state % 8:
+                continue  # every eighth of the other states is checked too (each check walks the vocabulary)
+        else:
+            skipping += 1
+        ids, targets = lazy.row(state)
+        order = np.argsort(ids)
+        ids, targets = ids[order], targets[order]
+        want_ids, want = walk.row(lazy.trans, state)
+        assert np.array_equal(ids, want_ids), (names, state)
+        differ = targets != want
+        assert all(np.array_equal(lazy.trans[a], lazy.trans[b]) for a, b in set(zip(targets[differ], want[differ]))), \
+            (names, state)
+    assert skipping >= 1
 
 
 def test_budget_below_min_tokens_is_refused_before_generation(qwen3_tokenizer):

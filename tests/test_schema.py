@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import scale
 from engine.errors import SchemaError
-from engine.json_schema.translate import Unsatisfiable, key_except
+from engine.json_schema.translate import NEAR_MULTIPLES, Unsatisfiable, key_except
 from engine.json_schema import schema_to_regex
 from engine.regexes import py_regex as python_spelling
 
@@ -119,9 +119,12 @@ CASES = [
     ({"type": "string", "pattern": "^[A-Z]{2}-\\d+$"}, ['"AB-12"'], ['"ab-12"', '"AB-"', '"xAB-1"']),
     ({"type": "string", "pattern": "ab"}, ['"xxabyy"', '"ab"'], ['"a b"']),
     ({"enum": ["red", 3, None, [1, {"k": "v"}]]}, ['"red"', "3", "null", '[1,{"k":"v"}]'], ['"blue"', "4"]),
-    # multiples a float holds exactly (jsonschema divides in floats: 0.07 / 0.01 is not an integer)
-    ({"type": "number", "multipleOf": 0.01, "minimum": 0}, ["0", "12.5", "12.25", "0.75", "3.00"],
-     ["-1", "3.141", "1e5", "0.07", "3.14"]),
+    # near zero, each multiple jsonschema takes (it divides in floats: 0.07 / 0.01 is not an integer)
+    ({"type": "number", "multipleOf": 0.01, "minimum": 0}, ["0", "12.5", "12.25", "0.75", "3.00", "3.14"],
+     ["-1", "3.141", "1e5", "0.07", "0.29"]),
+    # o46322's whole pounds: a number that is a multiple of 1 may be written 6000.0
+    ({"type": "number", "multipleOf": 1, "minimum": 0, "maximum": 99999999}, ["6000", "6000.0", "0", "7.00"],
+     ["6000.5", "-1", "100000000", "1e3"]),
     ({"anyOf": [{"type": "null"}, {"type": "string", "format": "date"}]}, ["null", '"2024-02-29"'], ['"2024-13-01"']),
     ({"type": "object", "additionalProperties": {"type": "integer"}}, ['{}', '{"x":1,"y":2}'], ['{"x":"a"}']),
     ({"type": "array", "uniqueItems": True, "items": {"type": "integer"}}, ["[]", "[3]"], ["[1,2]", "[1,1]"]),
@@ -741,6 +744,32 @@ def test_a_percent_to_two_places_takes_what_jsonschema_takes():
                                               "multipleOf": 0.01}).regex))
     assert all(rx.fullmatch(t) for t in ["38.1", "38.10", "99.99", "0", "7.5", "12.25", "0.0"])
     assert not any(rx.fullmatch(t) for t in ["0.07", "38.111", "100", "-0.01", "99.991"])
+
+
+@pytest.mark.parametrize("bounds", [{"minimum": -100_000_000, "maximum": 100_000_000}, {}, {"minimum": 0},
+                                    {"minimum": 1000, "exclusiveMaximum": 10**9}, {"maximum": -5000}])
+def test_multiples_near_zero_are_written_past_the_bound(bounds):
+    """Bounds holding more than MAX_MULTIPLES multiples of 0.01 (o46322's money, plus or minus
+    100,000,000): the NEAR_MULTIPLES nearest zero are each written as jsonschema takes them (3.05
+    passes, 0.07 does not); farther out, the exact fractions only. Every spelling of every
+    multiple in the window and one step past it agrees with jsonschema."""
+    schema = {"type": "number", "multipleOf": 0.01, **bounds}
+    rx = re.compile(py_regex(schema_to_regex(schema).regex))
+    validator = jsonschema.Draft202012Validator(schema)
+    lo = bounds.get("minimum", bounds.get("maximum", 0) if bounds.get("maximum", 0) < 0 else 0)
+    center = lo if lo > 0 else min(bounds.get("maximum", 0), 0)
+    width = NEAR_MULTIPLES // 2
+    accepted = 0
+    for k in range(round(center * 100) - width - 1, round(center * 100) + width + 2):
+        for text in _number_texts(round(k * 0.01, 2)):
+            ok = validator.is_valid(json.loads(text))
+            inside = abs(k - round(center * 100)) <= width
+            if inside or not ok:  # past the window a valid multiple may be left out (a narrowing)
+                assert bool(rx.fullmatch(text)) == ok, (schema, text)
+            accepted += bool(rx.fullmatch(text))
+    assert accepted > NEAR_MULTIPLES  # the window is written, not only .25, .5 and .75
+    if not bounds or bounds.get("minimum", 1) <= 0 <= bounds.get("maximum", 1):
+        assert rx.fullmatch("3.05") and not rx.fullmatch("0.07")
 
 
 @settings(max_examples=80, deadline=None)

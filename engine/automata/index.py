@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,6 +31,11 @@ RUNS = Cache("character-class runs", 256, per_vocabulary=True)  # by (vocabulary
 ROW_CLASSES = Cache("row classes", 1 << 14)  # by the shape of one state's row: the classes to try
 # by (id(trans), id(run), state, twins): a chain's maps as its previous state left them (_chain_maps)
 CHAINS = Cache("chain maps", 1 << 12)
+FIRST_BYTES = Cache("trie first bytes", 8, per_vocabulary=True)  # by vocabulary fingerprint
+# a chain state whose class is a JSON string's but for up to this many more ASCII bytes (a key
+# steering around declared names: its trie's letters) takes the string's run less the tokens
+# beginning with those bytes, rather than a run of its own class (20 ms over the whole trie)
+MAX_SKIPPED_FIRST = 24
 # by (id(run), width, the cells allowed): a class's allowed tokens as bools (Block.bits), with the run
 CLASS_BITS = Cache("class token bits", 64 << 20, lambda v: v[1].nbytes)
 TRIE_LOCK = threading.Lock()  # one trie build at a time (it takes seconds and much memory)
@@ -151,6 +156,9 @@ class _Run:
     exit_byte: np.ndarray  # each exit's byte (the one that leaves the class)
     present: np.ndarray  # (rows, class states) bools: the cells some token ends in
     token_cell: np.ndarray  # per token id, its cell; the cell count for a token not of the class
+    first: np.ndarray  # each token's first byte
+    # ASCII bytes that begin no token of this run (a chain's first state steps elsewhere on them)
+    skip_first: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def _run(trie: "_Trie", char_class: str) -> _Run:
@@ -209,7 +217,7 @@ def _run(trie: "_Trie", char_class: str) -> _Run:
     token_cell[ids] = j * c + k
     return _Run(trans, edges, np.asarray(tree, dtype=np.int64).reshape(-1, 3), ids, k, j, exits, exit_k, exit_j,
                 int(one_byte[0]) if len(one_byte) else -1, j * c + k, exit_j * c + exit_k, trie.byte[exits], present,
-                token_cell)
+                token_cell, _first_bytes(trie)[end])
 
 
 @dataclass(frozen=True)
@@ -266,17 +274,51 @@ class Block:
         return out
 
 
-def _run_for(trie: _Trie, char_class: str) -> _Run:
+def _run_for(trie: _Trie, char_class: str, skip_first: bytes = b"") -> _Run:
+    """The class's run, or with ``skip_first`` the same run less the tokens beginning with those
+    bytes (derived from the whole class's run, not built over the trie again)."""
+    if skip_first:
+        return RUNS.get_or_build((trie.key, char_class, skip_first),
+                                 lambda: _skipping(_run_for(trie, char_class), trie, skip_first))
     return RUNS.get_or_build((trie.key, char_class), lambda: _run(trie, char_class))
 
 
-def _run_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray, list[str]]]:
+def _skipping(run: _Run, trie: _Trie, skip_first: bytes) -> _Run:
+    skip = np.frombuffer(skip_first, dtype=np.uint8).astype(np.int64)
+    skipped = np.zeros(257, dtype=bool)  # by first byte; 256 for the root
+    skipped[skip] = True
+    keep = ~skipped[run.first]
+    out = ~skipped[_first_bytes(trie)[run.exits]]
+    ids, k, j, cell = run.ids[keep], run.k[keep], run.j[keep], run.cell[keep]
+    present = (np.bincount(cell, minlength=run.present.size) > 0).reshape(run.present.shape)
+    token_cell = np.full_like(run.token_cell, run.present.size)
+    token_cell[ids] = cell
+    one_byte = np.flatnonzero((run.trans[0, :128] == 0) & ~skipped[:128])
+    return _Run(run.trans, run.edges, run.tree, ids, k, j, run.exits[out], run.exit_k[out], run.exit_j[out],
+                int(one_byte[0]) if len(one_byte) else -1, cell, run.exit_cell[out], run.exit_byte[out],
+                present, token_cell, run.first[keep], skip)
+
+
+def _first_bytes(trie: _Trie) -> np.ndarray:
+    """Each trie node's first byte (the root's: 256, none), one level at a time."""
+    def build() -> np.ndarray:
+        first = np.full(len(trie.parent) + 1, 256, dtype=np.int16)  # and one for "no node"
+        lo, hi = int(trie.doff[1]), int(trie.doff[2]) if len(trie.doff) > 2 else len(trie.parent)
+        first[lo:hi] = trie.byte[lo:hi]
+        for d in range(2, len(trie.doff) - 1):
+            lo, hi = int(trie.doff[d]), int(trie.doff[d + 1])
+            first[lo:hi] = first[trie.parent[lo:hi]]
+        return first
+    return FIRST_BYTES.get_or_build(trie.key, build)
+
+
+def _run_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray, list[tuple[str, bytes]]]]:
     """Which of ``states`` loop on many ASCII bytes, grouped by those bytes, with the character
     classes to try for them: the bytes plus every non-ASCII character (free text, JSON strings,
     raw strings), then the bytes alone (patterns such as ``[a-z0-9_]*``)."""
     loops = trans[states, :128] == states[:, None]
     many = loops.sum(axis=1) >= MIN_RUN_BYTES
-    return _classes_by_bytes(trans, states[many], loops[many])
+    return _classes_by_bytes(trans, states[many], loops[many], False)
 
 
 # the bytes that begin a non-ASCII UTF-8 character, but the symbols' (no ordinary token holds it,
@@ -284,10 +326,13 @@ def _run_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray
 _LEAD_BYTES = np.setdiff1d(np.arange(0xC2, 0xF5), [FORGE_BYTE])
 
 
-def _classes_by_bytes(trans: np.ndarray, states: np.ndarray, inside: np.ndarray) -> list[tuple[np.ndarray, list[str]]]:
+def _classes_by_bytes(trans: np.ndarray, states: np.ndarray, inside: np.ndarray, chains: bool
+                      ) -> list[tuple[np.ndarray, list[tuple[str, bytes]]]]:
     """``states`` grouped by their (len(states), 128) rows of ASCII bytes ``inside``, each group
-    with the character classes to try: the bytes plus every non-ASCII character (only for states
-    that step on every lead byte: trying it costs a walk of most of the vocabulary), then the bytes alone."""
+    with the character classes to try, as (class, first bytes skipped): the bytes plus every
+    non-ASCII character (only for states that step on every lead byte: trying it costs a walk of
+    most of the vocabulary), then the bytes alone. For ``chains``, a JSON string's class less a
+    few first bytes comes first where it fits (see MAX_SKIPPED_FIRST)."""
     if not len(states):
         return []
     n = trans.shape[0] - 1
@@ -297,8 +342,11 @@ def _classes_by_bytes(trans: np.ndarray, states: np.ndarray, inside: np.ndarray)
     for g in range(len(keys)):
         ins = np.flatnonzero(np.unpackbits(keys[g][:16])[:128])
         outside = np.setdiff1d(np.arange(128), ins)
-        classes = [_all_but(outside)] if keys[g][16] else []
-        out.append((states[inverse.reshape(-1) == g], classes + [f"[{_hex(ins)}]"]))
+        classes = [(_all_but(outside), b"")] if keys[g][16] else []
+        skip = np.setdiff1d(outside, _STRING_OUTSIDE)
+        if chains and classes and np.isin(_STRING_OUTSIDE, outside).all() and 0 < len(skip) <= MAX_SKIPPED_FIRST:
+            classes.insert(0, (COMMON_CLASSES[0], skip.astype(np.uint8).tobytes()))
+        out.append((states[inverse.reshape(-1) == g], classes + [(f"[{_hex(ins)}]", b"")]))
     return out
 
 
@@ -322,7 +370,7 @@ def _chain_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarr
     many = length.max(axis=1) >= MIN_RUN_BYTES
     states, rows, ordered, length = states[many], rows[many], ordered[many], length[many]
     main = ordered[np.arange(len(states)), length.argmax(axis=1)]
-    return _classes_by_bytes(trans, states, rows == main[:, None])
+    return _classes_by_bytes(trans, states, rows == main[:, None], True)
 
 
 def _alike(trans: np.ndarray, got: np.ndarray, want: np.ndarray, twins: bool) -> np.ndarray:
@@ -377,7 +425,7 @@ def _chain_maps(trans: np.ndarray, run: _Run, state: int, twins: bool) -> np.nda
             chain.append(int(trans[chain[-1], run.one_byte]))
         chain = np.asarray(chain, dtype=np.int32)
         m = _chain_rows(trans, run, chain[:-1])
-        steps = _chain_steps(trans, run, m, chain[1:], twins)
+        steps = _chain_steps(trans, run, m, chain[1:], twins, skip_first=True)
     if chain[1] != state:
         nxt = np.append(chain[1:], trans[chain[-1], run.one_byte]).astype(np.int32)
         row = _chain_rows(trans, run, nxt[-2:-1])
@@ -403,12 +451,17 @@ def _chain_rows(trans: np.ndarray, run: _Run, starts: np.ndarray) -> np.ndarray:
     return m
 
 
-def _chain_steps(trans: np.ndarray, run: _Run, m: np.ndarray, nexts: np.ndarray, twins: bool) -> np.ndarray:
+def _chain_steps(trans: np.ndarray, run: _Run, m: np.ndarray, nexts: np.ndarray, twins: bool,
+                 skip_first: bool = False) -> np.ndarray:
     """Per row of ``m``, whether every class edge steps as the class does, a whole character
-    landing on the chain's next state (``nexts``)."""
+    landing on the chain's next state (``nexts``); with ``skip_first``, the first row's steps on
+    the run's skipped first bytes are not asked (no token of the run begins with them)."""
     e = run.edges
     want = np.where(e[:, 2] == 0, nexts[:, None], m[:, e[:, 2]])
-    return _alike(trans, trans[m[:, e[:, 0]], e[:, 1]], want, twins).all(axis=1)
+    ok = _alike(trans, trans[m[:, e[:, 0]], e[:, 1]], want, twins)
+    if skip_first and len(run.skip_first) and len(ok):
+        ok[0] |= (e[:, 0] == 0) & np.isin(e[:, 1], run.skip_first)
+    return ok.all(axis=1)
 
 
 def _hex(byte_values: np.ndarray) -> str:
@@ -422,7 +475,8 @@ def _all_but(ascii_bytes) -> str:
 
 # The classes of a JSON string's characters and of free text: nearly every grammar has a state
 # looping on one of them, so their runs are built with the vocabulary's trie.
-COMMON_CLASSES = (_all_but(np.r_[0:0x20, 0x22, 0x5C]), _all_but([]))
+_STRING_OUTSIDE = np.r_[0:0x20, 0x22, 0x5C]
+COMMON_CLASSES = (_all_but(_STRING_OUTSIDE), _all_but([]))
 
 
 def _run_states(trans: np.ndarray, run: _Run, states: np.ndarray, twins: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -456,7 +510,7 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
     blocks: dict[int, Block] = {}
     starts = []  # (state, trie node, DFA state) where the trie walk begins
     for group, classes in _classes_of(_run_classes, trans, states):
-        for char_class in classes:
+        for char_class, _ in classes:
             if not len(group):
                 break
             run = _run_for(trie, char_class)
@@ -465,20 +519,20 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
             if boundary is not None:
                 looping, m = looping[~boundary[m].any(axis=1)], m[~boundary[m].any(axis=1)]
             for s, row in zip(looping.tolist(), m):
-                _add_block(blocks, starts, trans, Block(run, np.tile(row, (len(run.present), 1)), n), s)
+                _add_block(blocks, starts, trans, trie, Block(run, np.tile(row, (len(run.present), 1)), n), s)
     rest = states[~np.isin(states, list(blocks))] if blocks else states
     for group, classes in _classes_of(_chain_classes, trans, rest):
-        for char_class in classes:
+        for char_class, skip_first in classes:
             if not len(group):
                 break
-            run = _run_for(trie, char_class)
+            run = _run_for(trie, char_class, skip_first)
             for s in group.tolist():
                 m = _chain_maps(trans, run, s, twins)
                 if m is None or (boundary is not None and boundary[m].any()):
                     continue
                 table = np.full(run.present.shape, n, dtype=np.int32)
                 table[:len(m)] = m
-                _add_block(blocks, starts, trans, Block(run, table, n), s)
+                _add_block(blocks, starts, trans, trie, Block(run, table, n), s)
             group = group[~np.isin(group, list(blocks))]
     walked = states[~np.isin(states, list(blocks))] if blocks else states
     # the first byte from the table's rows, not from the root's 256 children for every state
@@ -500,7 +554,7 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
     return src, tok, dst, blocks
 
 
-def _add_block(blocks: dict, starts: list, trans: np.ndarray, block: Block, s: int) -> None:
+def _add_block(blocks: dict, starts: list, trans: np.ndarray, trie: _Trie, block: Block, s: int) -> None:
     """Record ``s``'s class block and where its walk begins: the exits, from the state each
     reaches in the class before its leaving byte."""
     run = block.run
@@ -508,6 +562,11 @@ def _add_block(blocks: dict, starts: list, trans: np.ndarray, block: Block, s: i
     alive = cur != block.dead
     blocks[s] = block
     starts.append((np.full(int(alive.sum()), s, dtype=np.int32), run.exits[alive], cur[alive]))
+    if len(run.skip_first):  # the tokens beginning with a skipped byte are walked from s
+        node = _root_children(trie)[run.skip_first]
+        nxt = trans[s, run.skip_first]
+        ok = (node >= 0) & (nxt != block.dead)
+        starts.append((np.full(int(ok.sum()), s, dtype=np.int32), node[ok], nxt[ok]))
 
 
 def _walk(trans: np.ndarray, trie: _Trie, src: np.ndarray, node: np.ndarray, cur: np.ndarray, max_edges: int,

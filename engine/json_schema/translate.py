@@ -63,6 +63,11 @@ def key_except(names: list[str]) -> str | None:
         for ch in name:
             node = node.setdefault(ch, {})
         node[""] = {}  # a name ends here
+    # A character class spelled at every trie node costs its UTF-8 continuation states at every
+    # node (outlines-core does not minimise): the non-ASCII characters no name holds leave the
+    # trie through one class after one alternation of all prefixes, so those states exist once.
+    held = sorted({c for n in names for c in n if ord(c) > 0x7F})
+    foreign = f'[^\\x00-\\x7F{SPECIAL_CLASS}{"".join(map(escape, held))}]'
 
     def stop(node: dict) -> list[str]:
         """Prefixes of names, themselves no name: the key ends there."""
@@ -74,21 +79,33 @@ def key_except(names: list[str]) -> str | None:
                 alts.append(escape(c) + alternation(below))
         return alts
 
+    def prefix(node: dict) -> list[str]:
+        """Every prefix of a name, written plainly (the empty one included)."""
+        return [""] + [escape(c) + alternation(prefix(node[c])) for c in sorted(node) if c and _plain(c)]
+
     def turn(node: dict) -> list[str]:
-        """Prefixes of names, then a character that leaves them: any string may follow."""
+        """Prefixes of names, then an ASCII character or a non-ASCII one some name holds that
+        leaves them: any string may follow."""
         kids = sorted(c for c in node if c)
-        alts = [f'[^"\\\\\\x00-\\x1F{SPECIAL_CLASS}{"".join(map(escape, kids))}]']
+        alts = [f'[^"\\\\\\x00-\\x1F\\x80-\\x{{10FFFF}}{"".join(map(escape, kids))}]']
+        alts += [escape(c) for c in held if c not in kids and _plain(c)]
         alts += [escape(c) + alternation(turn(node[c])) for c in kids if _plain(c)]
         return alts
     # the free tail once written, not once per trie node: the regex grows with the names' length only
     ends = stop(trie)
-    free = f"{alternation(turn(trie))}{STRING_CHAR}*"
+    free = f"(?:{alternation(turn(trie))}|{alternation(prefix(trie))}{foreign}){STRING_CHAR}*"
     return f'"(?:{alternation(ends)}|{free})"' if ends else f'"{free}"'
 
 
+# With extra keys, a translation written out (not linked) lets objects of at most this many declared
+# keys write undeclared ones (each declared key written copies the undeclared key's DFA states);
+# grammar.compile_json_schema links a schema whose objects hold more
+EXPANDED_EXTRA_AFTER = 8
 # free-form objects with minProperties write that many keys of distinct lengths, up to this many
 MAX_FREE_MIN_PROPERTIES = 32
 MAX_DECIMALS = 6  # multipleOf 10**-k up to this k: 2**k exact fractions are written
+# past MAX_MULTIPLES within the bounds, each of the multiples this close to zero is still tried
+NEAR_MULTIPLES = 2_000
 INTEGER = r"-?(?:0|[1-9][0-9]*)"
 FRACTION = r"(?:\.[0-9]+)?"
 EXPONENT = r"(?:[eE][+-]?[0-9]+)?"
@@ -199,6 +216,9 @@ class Translation:
     unenforced: list[tuple[str, str]] = field(default_factory=list)  # (pointer, keyword)
     counters: list[int] = field(default_factory=list)  # limits of the counted strings' loops, by marker
     definitions: list[str] = field(default_factory=list)  # with link: the k-th definition's regex
+    # free values nesting containers, written out (thousands of DFA states each; linked, one small definition)
+    free_values: int = 0
+    narrowed: int = 0  # objects whose undeclared keys this translation leaves out (EXPANDED_EXTRA_AFTER)
 
 
 def _json_literal(value: Any) -> str:
@@ -222,6 +242,8 @@ class _Translator:
         self.counters: list[int] = []  # the characters each counted string's loop may take
         self.links: dict[str, int] = {}  # with link: a reference (and its siblings) -> its definition
         self.definitions: list[str | None] = []  # with link: each definition's regex (None while written)
+        self.free_values = 0
+        self.narrowed = 0
         # embedded resources: an $id below the root with more than a fragment (a "#name" id is an anchor)
         self.resources = any(isinstance(x.get("$id"), str) and not x["$id"].startswith("#")
                              for x in _subschemas(root) if x is not root)
@@ -798,6 +820,7 @@ class _Translator:
             return self.linked('["any value"]', lambda: self.any_shape(self.any_value(depth, p), p), p)
         if depth <= 0:
             return alternation(self.scalars(p))
+        self.free_values += 1
         return self.any_shape(self.any_value(depth - 1, p), p)
 
     def any_shape(self, inner: str, p: str) -> str:
@@ -966,6 +989,7 @@ class _Translator:
                 raise SchemaError("must be a finite number", pointer=p, keyword=kw)
         step = s.get("multipleOf")
         decimals = None
+        whole = integer  # the type asks for integers (else multipleOf 1 does, and 6000.0 is one)
         if step is not None:
             if not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0:
                 raise SchemaError("must be a positive number", pointer=p, keyword="multipleOf")
@@ -988,6 +1012,7 @@ class _Translator:
                 self.skip(p, "multipleOf", f"multipleOf {step} is not enforced")
                 decimals = None
             else:
+                near = None if integer else _multiples_near_zero(lo, lo_incl, hi, hi_incl, step, integer)
                 cap = (2 ** 53 - 1) // 10 ** decimals
                 if lo is None or lo < -cap:
                     lo, lo_incl = -cap, True
@@ -997,7 +1022,8 @@ class _Translator:
             ilo, ihi = _integer_bounds(lo, lo_incl, hi, hi_incl)
             if ilo is not None and ihi is not None and ilo > ihi:
                 raise Unsatisfiable(f"no integer lies between {lo} and {hi}", pointer=p, keyword="maximum")
-            return INTEGER if ilo is None and ihi is None else int_range(ilo, ihi)
+            out = INTEGER if ilo is None and ihi is None else int_range(ilo, ihi)
+            return out if whole else rf"{out}(?:\.0+)?"
         if lo is None and hi is None:
             return INTEGER + FRACTION + EXPONENT
         # integer-valued bounds are exact; fractional ones round inward (a valid subset)
@@ -1017,6 +1043,8 @@ class _Translator:
             nonzero = _exact_fractions(decimals)
             out = out.replace(r"(?:\.[0-9]+)?", rf"(?:\.(?:0{{1,{decimals}}}|{nonzero}))?")
             out = out.replace(r"\.0+", rf"\.0{{1,{decimals}}}").replace(r"\.[0-9]*[1-9][0-9]*", rf"\.{nonzero}")
+            if near:
+                out = alternation([near, out])
         return out
 
     # ---- containers ----
@@ -1266,12 +1294,20 @@ class _Translator:
         sep = f"{ws},{ws}"
         define = self.definer(p) if self.o.link and len(members) > LINK_BLOCKS_FROM else None
         more = self.extra_member(s, extra, p, max_p, [*(s.get("properties") or {}), *props, *dependents])
+        if more is not None and not self.o.link and len(members) > EXPANDED_EXTRA_AFTER:
+            # written out, the undeclared key's DFA is copied after every declared key: linked
+            # translations write them (as one definition), this one leaves them out
+            self.narrowed += 1
+            more = None
         if more is None:
             return rf"\{{{ws}{_member_list(members, req, sep, define=define)}{ws}\}}"
+        tail = f"(?:{sep}{more})*"
+        if self.o.link:  # one DFA for the undeclared keys rather than a copy after each declared one
+            tail = self.definer(p)(tail)
         if True in req:
-            return rf"\{{{ws}{_member_list(members, req, sep, define=define)}(?:{sep}{more})*{ws}\}}"
+            return rf"\{{{ws}{_member_list(members, req, sep, define=define)}{tail}{ws}\}}"
         lists = _member_list(members, req, sep, at_least_one=True, define=define)
-        return rf"\{{{ws}(?:{lists}(?:{sep}{more})*|{more}(?:{sep}{more})*)?{ws}\}}"
+        return rf"\{{{ws}(?:(?:{lists}|{more}){tail})?{ws}\}}"
 
     def extra_member(self, s: dict, extra: Any, p: str, max_p: int | None, names: list[str]) -> str | None:
         """An undeclared ``"key": value`` written after the declared ones, its key none of ``names``;
@@ -1299,6 +1335,24 @@ def _multiples_within(lo, lo_incl: bool, hi, hi_incl: bool, step, integer: bool)
     if isinstance(step, int):
         return int_multiples(*_integer_bounds(lo, lo_incl, hi, hi_incl), step)
     return None
+
+
+def _multiples_near_zero(lo, lo_incl: bool, hi, hi_incl: bool, step, integer: bool) -> str | None:
+    """Every multiple jsonschema takes among the NEAR_MULTIPLES multiples of ``step`` nearest zero
+    within the bounds (3.05 passes multipleOf 0.01, 0.07 does not), where the bounds hold too many
+    to write each one; None when that window is empty or cannot be written."""
+    width = step * NEAR_MULTIPLES / 2
+    center = max(lo, 0) if lo is not None and lo > 0 else min(hi, 0) if hi is not None and hi < 0 else 0
+    wlo, whi = center - width, center + width
+    if lo is not None and lo >= wlo:
+        wlo, wlo_incl = lo, lo_incl
+    else:
+        wlo_incl = True
+    if hi is not None and hi <= whi:
+        whi, whi_incl = hi, hi_incl
+    else:
+        whi_incl = True
+    return multiples(wlo, wlo_incl, whi, whi_incl, step, integer) or None
 
 
 def _integer_bounds(lo, lo_incl: bool, hi, hi_incl: bool) -> tuple[int | None, int | None]:
@@ -1606,7 +1660,9 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     nests without a depth bound.
     By default an object writes its declared keys only (a narrowing where the schema allows more);
     with ``extra_keys`` it may write undeclared ones after them where the schema allows any (no
-    patternProperties, propertyNames, maxProperties or unevaluatedProperties on that object).
+    patternProperties, propertyNames, maxProperties or unevaluatedProperties on that object;
+    without ``link``, only in objects of at most EXPANDED_EXTRA_AFTER declared keys, counted in
+    ``Translation.narrowed``).
     """
     if isinstance(schema, (str, bytes)):
         try:
@@ -1641,5 +1697,5 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
             continue
         if max_chars is None or len(regex) <= max_chars:
             break
-    return Translation(regex, t.unenforced, t.counters)
+    return Translation(regex, t.unenforced, t.counters, free_values=t.free_values, narrowed=t.narrowed)
 
