@@ -251,8 +251,8 @@ def compile_json_schema(
     linked, a thousand DFA states written out); ``False`` never links. ``extra_keys=True`` lets
     objects write undeclared keys after the declared ones where the schema allows them (by default
     only declared keys are written: every output is still valid, and models are not invited to
-    invent keys); an object of more than 8 declared keys writes them only linked, so with
-    ``link=None`` such a schema is linked.
+    invent keys); an object of more than ``json_schema.translate.EXPANDED_EXTRA_AFTER`` (8) declared
+    keys writes them only linked, so with ``link=None`` such a schema is linked.
     """
     if isinstance(schema, (str, bytes)):
         try:
