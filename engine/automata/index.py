@@ -31,7 +31,6 @@ RUNS = Cache("character-class runs", 256, per_vocabulary=True)  # by (vocabulary
 ROW_CLASSES = Cache("row classes", 1 << 14)  # by the shape of one state's row: the classes to try
 # by (id(trans), id(run), state, twins): a chain's maps as its previous state left them (_chain_maps)
 CHAINS = Cache("chain maps", 1 << 12)
-FIRST_BYTES = Cache("trie first bytes", 8, per_vocabulary=True)  # by vocabulary fingerprint
 # a chain state whose class is a JSON string's but for up to this many more ASCII bytes (a key
 # steering around declared names: its trie's letters) takes the string's run less the tokens
 # beginning with those bytes, rather than a run of its own class (20 ms over the whole trie)
@@ -50,6 +49,7 @@ class _Trie:
     ``ids[eoff[n]:eoff[n+1]]`` the token ids whose bytes end exactly at node n.
     Nodes are numbered breadth first: ``doff[d]:doff[d+1]`` are the nodes d bytes deep.
     ``node_of_id[i]`` is the node token i ends at (the node count when i has no text).
+    ``first[n]`` is the first byte on the path to node n (256 for the root and for "no node").
     """
 
     coff: np.ndarray
@@ -59,12 +59,13 @@ class _Trie:
     parent: np.ndarray
     doff: np.ndarray
     node_of_id: np.ndarray
+    first: np.ndarray
     key: str  # the vocabulary's fingerprint
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.coff, self.byte, self.ids, self.eoff, self.parent,
-                                      self.doff, self.node_of_id))
+                                      self.doff, self.node_of_id, self.first))
 
 
 def vocabulary_trie(vocab: Vocab) -> _Trie:
@@ -102,10 +103,15 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
         order = np.argsort(end[:, 0], kind="stable")
         node_of_id = np.full(int(end[:, 1].max(initial=-1)) + 1, n, dtype=np.int32)  # n: no node
         node_of_id[end[:, 1]] = end[:, 0]
+        byte = byte[old]
+        first = np.full(n + 1, 256, dtype=np.int16)  # and one for "no node"
+        for d in range(1, len(doff) - 1):  # a level's first bytes from the level above
+            lo, hi = doff[d], doff[d + 1]
+            first[lo:hi] = byte[lo:hi] if d == 1 else first[parent[lo:hi]]
         got = _Trie(coff=np.concatenate([[1], 1 + np.cumsum(np.bincount(parent[1:], minlength=n))]),
-                    byte=byte[old], ids=end[order, 1].astype(np.int32),
+                    byte=byte, ids=end[order, 1].astype(np.int32),
                     eoff=np.concatenate([[0], np.cumsum(np.bincount(end[:, 0], minlength=n))]),
-                    parent=parent, doff=doff, node_of_id=node_of_id, key=vocab.fingerprint)
+                    parent=parent, doff=doff, node_of_id=node_of_id, first=first, key=vocab.fingerprint)
         for char_class in COMMON_CLASSES:
             _run_for(got, char_class)
         return TRIES.put(vocab.fingerprint, got)
@@ -217,7 +223,7 @@ def _run(trie: "_Trie", char_class: str) -> _Run:
     token_cell[ids] = j * c + k
     return _Run(trans, edges, np.asarray(tree, dtype=np.int64).reshape(-1, 3), ids, k, j, exits, exit_k, exit_j,
                 int(one_byte[0]) if len(one_byte) else -1, j * c + k, exit_j * c + exit_k, trie.byte[exits], present,
-                token_cell, _first_bytes(trie)[end])
+                token_cell, trie.first[end])
 
 
 @dataclass(frozen=True)
@@ -288,7 +294,7 @@ def _skipping(run: _Run, trie: _Trie, skip_first: bytes) -> _Run:
     skipped = np.zeros(257, dtype=bool)  # by first byte; 256 for the root
     skipped[skip] = True
     keep = ~skipped[run.first]
-    out = ~skipped[_first_bytes(trie)[run.exits]]
+    out = ~skipped[trie.first[run.exits]]
     ids, k, j, cell = run.ids[keep], run.k[keep], run.j[keep], run.cell[keep]
     present = (np.bincount(cell, minlength=run.present.size) > 0).reshape(run.present.shape)
     token_cell = np.full_like(run.token_cell, run.present.size)
@@ -297,19 +303,6 @@ def _skipping(run: _Run, trie: _Trie, skip_first: bytes) -> _Run:
     return _Run(run.trans, run.edges, run.tree, ids, k, j, run.exits[out], run.exit_k[out], run.exit_j[out],
                 int(one_byte[0]) if len(one_byte) else -1, cell, run.exit_cell[out], run.exit_byte[out],
                 present, token_cell, run.first[keep], skip)
-
-
-def _first_bytes(trie: _Trie) -> np.ndarray:
-    """Each trie node's first byte (the root's: 256, none), one level at a time."""
-    def build() -> np.ndarray:
-        first = np.full(len(trie.parent) + 1, 256, dtype=np.int16)  # and one for "no node"
-        lo, hi = int(trie.doff[1]), int(trie.doff[2]) if len(trie.doff) > 2 else len(trie.parent)
-        first[lo:hi] = trie.byte[lo:hi]
-        for d in range(2, len(trie.doff) - 1):
-            lo, hi = int(trie.doff[d]), int(trie.doff[d + 1])
-            first[lo:hi] = first[trie.parent[lo:hi]]
-        return first
-    return FIRST_BYTES.get_or_build(trie.key, build)
 
 
 def _run_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray, list[tuple[str, bytes]]]]:
