@@ -518,3 +518,60 @@ def test_long_xml_parameter_values_stream_as_they_grow(family):
         assert len(fragments) > body_tokens // 2, (len(fragments), body_tokens)
         assert max(map(len, fragments)) < 40, max(fragments, key=len)
         assert fast.rereads < len(ids) // 20, (fast.rereads, len(ids))
+
+FREE_TOOL = {"type": "function", "function": {"name": "store", "description": "Store any JSON payload.", "parameters": {
+    "type": "object", "properties": {"payload": {}, "meta": {"type": "object"}, "tags": {"type": "array"}},
+    "required": ["payload"]}}}
+DEEP = {"payload": [[[[[{"k": [1, {"z": None}]}]]]]], "meta": {"a": {"b": {"c": {"d": True}}}}}
+_P, _M = '[[[[[{"k": [1, {"z": null}]}]]]]]', '{"a": {"b": {"c": {"d": true}}}}'
+DEEP_CALL = {
+    "mistral_args": '[TOOL_CALLS]store[ARGS]{"payload": %s, "meta": %s}' % (_P, _M),
+    "hermes": '<tool_call>\n{"name": "store", "arguments": {"payload": %s, "meta": %s}}\n</tool_call>' % (_P, _M),
+    # Qwen3-Coder's parsers read an untyped parameter as text (see grammars/qwen3_coder.lark)
+    "qwen3_coder": "<tool_call>\n<function=store>\n<parameter=payload>\n%s\n</parameter>\n<parameter=meta>\n%s\n"
+                   "</parameter>\n</function>\n</tool_call>" % ('text, not [JSON]: {"x": 1}', _M),
+    "kimi_k2": '<|tool_calls_section_begin|><|tool_call_begin|>functions.store:0<|tool_call_argument_begin|>'
+               '{"payload": %s, "meta": %s}<|tool_call_end|><|tool_calls_section_end|>' % (_P, _M),
+    "glm47": "<tool_call>store<arg_key>payload</arg_key><arg_value>%s</arg_value><arg_key>meta</arg_key>"
+             "<arg_value>%s</arg_value></tool_call>" % (_P, _M),
+    "glm45": "<tool_call>store\n<arg_key>payload</arg_key>\n<arg_value>%s</arg_value>\n<arg_key>meta</arg_key>\n"
+             "<arg_value>%s</arg_value>\n</tool_call>" % (_P, _M),
+    "harmony": '<|channel|>commentary to=functions.store <|constrain|>json<|message|>{"payload": %s, "meta": %s}<|call|>'
+               % (_P, _M),
+    "llama3_json": '{"name": "store", "parameters": {"payload": %s, "meta": %s}}' % (_P, _M),
+    "mistral": '[TOOL_CALLS] [{"name": "store", "arguments": {"payload": %s, "meta": %s}}]' % (_P, _M),
+}
+
+
+@pytest.mark.parametrize("family", FORMATS)
+def test_free_parameters_are_linked_and_nest_at_any_depth(family):
+    """Untyped parameters (``{}``, a bare object or array) make the arguments a linked piece: a
+    value nested deeper than max_depth (3) is allowed and read back by our parser and mlx-lm's;
+    random calls at every budget from the minimum up close valid; the eager grammar's shortest
+    call is within the lazy one's bound."""
+    tok = tokenizer_for(family)
+    tools = offered_tools(family)[:1] + [FREE_TOOL]
+    g = compile_tools(tok, tools, format=family, tool_choice={"type": "function", "function": {"name": "store"}})
+    args = [p for p in g.calls[0].pieces if not p.literal]
+    assert args and all(p.definitions for p in args)
+    ids = tok.encode(DEEP_CALL[family], add_special_tokens=False)
+    state = g.walk(ids)
+    assert state is not None and g.is_final(state)
+    parsed = check_output(g, family, ids, tools, {"type": "function", "function": {"name": "store"}}, True, None)
+    want = dict(DEEP, payload='text, not [JSON]: {"x": 1}') if family == "qwen3_coder" else DEEP
+    if family == "qwen3_coder":  # JSON there would be read as an array by mlx-lm, as text by vLLM
+        json_payload = DEEP_CALL[family].replace('text, not [JSON]: {"x": 1}', _P)
+        assert g.walk(tok.encode(json_payload, add_special_tokens=False)) is None
+    assert [json.loads(c["function"]["arguments"]) for c in parsed.tool_calls] == [want]
+    eager = compile_tools(tok, tools, format=family, tool_choice="required", lazy=False)
+    lazy = compile_tools(tok, tools, format=family, tool_choice="required")
+    assert eager.min_tokens <= lazy.min_tokens
+    rng = np.random.default_rng(5)
+    called = 0
+    for budget in range(lazy.min_tokens, lazy.min_tokens + scale(16, 40)):
+        ids, _ = sample(lazy, budget, rng, special_rate=0.0)
+        state = lazy.walk(ids, budget)
+        assert state is not None and lazy.is_final(state)
+        parsed = check_output(lazy, family, ids, tools, "required", True, None)
+        called += any(c["function"]["name"] == "store" for c in parsed.tool_calls)
+    assert called

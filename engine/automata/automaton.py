@@ -26,10 +26,22 @@ class TokenAutomaton:
     """
 
     final: np.ndarray  # bool (n,)
+    initial_state = 0
 
     @property
     def bound(self) -> np.ndarray:
         raise NotImplementedError
+
+    # What a tool call's pieces offer (a LinkedAutomaton too, whose states are tuples).
+
+    def bound_of(self, state: int) -> int:
+        return int(self.bound[state])
+
+    def is_final(self, state: int) -> bool:
+        return bool(self.final[state])
+
+    def has_tokens(self, state: int) -> bool:
+        return len(self.row(state)[0]) > 0
 
     def row(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError

@@ -221,6 +221,10 @@ class LinkedAutomaton:
         return sum(t.nbytes + f.nbytes + b.nbytes for t, f, b in zip(self.trans, self.final, self.bound))
 
     @property
+    def num_states(self) -> int:
+        return sum(len(f) for f in self.final)
+
+    @property
     def min_tokens(self) -> int:
         return int(self.bound[0][0])
 
@@ -432,3 +436,23 @@ class LinkedAutomaton:
     def cap(self, state: tuple) -> int:
         """The largest budget that can still change this state's mask."""
         return max([0] + [self.edges(c)[3] for c in state])
+
+    # TokenAutomaton's protocol, as a tool call's pieces use it (token ids in, -1 for refused).
+
+    def bound_of(self, state: tuple) -> int:
+        return min(map(self.cost, state))
+
+    def has_tokens(self, state: tuple) -> bool:
+        return any(e[0] is not None or len(e[1]) for e in map(self.edges, state))
+
+    def next_state(self, state: tuple, token: int) -> tuple | int:
+        """The state after ``token`` (no configuration dropped for the budget), or -1."""
+        text = self.vocab.token_text(token)
+        nxt = self.step(state, text, UNREACHABLE) if text else None
+        return -1 if nxt is None else nxt
+
+    def successors_within(self, state: tuple, budget: int) -> np.ndarray:
+        return self.allowed(state, budget)
+
+    def target_cap(self, state: tuple) -> int:
+        return self.cap(state)

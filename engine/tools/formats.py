@@ -5,8 +5,9 @@ have fixed roles: ``start`` (the whole assistant turn in "auto" mode), ``reasoni
 ``tool_calls``, ``call`` (one call, the template instantiated per tool) and, for XML-argument
 families, ``parameter``. Named string terminals are the family's special tokens (each must be
 one added token of the tokenizer); named regex terminals are ordinary-text patterns
-(``RAW_STRING``: a raw string argument value; ``TOOL_NAME_PATTERN``: what a tool name must match
-in this format). The holes, declared with ``%declare``, are filled by the engine: TEXT (free text
+(``RAW_STRING``: a raw string argument value; ``UNTYPED_STRING``: where the family's parsers read
+a parameter that takes any value as text, that text; ``TOOL_NAME_PATTERN``: what a tool name must
+match in this format). The holes, declared with ``%declare``, are filled by the engine: TEXT (free text
 without special tokens), TOOL_NAME, ARGUMENTS (the tool's JSON schema), PARAMETERS (the tool's
 parameters, each through ``parameter`` with PARAM_KEY and PARAM_VALUE) and CALL_INDEX (the
 call's number in the turn).

@@ -37,7 +37,31 @@ class InCall(NamedTuple):
     calls: int
     tool: int
     piece: int
-    state: int  # in that piece's automaton
+    state: Any  # in that piece's automaton (a linked piece's: a tuple of its configurations)
+
+
+def _merged(configurations) -> tuple:
+    """A match state: the configurations sorted, those in one linked piece (same return, call,
+    tool and piece; their states are tuples of the piece's configurations) joined in one, as its
+    automaton would hold them (and never compared, where a count may sit beside a plain state)."""
+    plain, linked = set(), {}
+    for c in configurations:
+        if type(c) is InCall and type(c.state) is tuple:
+            linked.setdefault(c[:4], set()).update(c.state)
+        else:
+            plain.add(c)
+    plain.update(InCall(*k, tuple(sorted(s, key=_config_order))) for k, s in linked.items())
+    return tuple(sorted(plain, key=_order))
+
+
+def _config_order(c: tuple) -> tuple:
+    """A linked configuration's sort key: a counted state (state, count), a plain one (state,)."""
+    return c[0], c[1], c[2] if type(c[2]) is tuple else (c[2],)
+
+
+def _order(c) -> tuple:
+    """A configuration's sort key: a linked piece holds one (its state is left out)."""
+    return (c[:4] + (-1,)) if type(c) is InCall and type(c.state) is tuple else tuple(c)
 
 
 class ToolGrammar:
@@ -84,15 +108,19 @@ class ToolGrammar:
     def _dist(self, c) -> int:
         if type(c) is Outer:
             return int(self.turn.tail[c.state])
-        return int(self.pieces.piece(c.tool, c.piece, c.calls).bound[c.state]) \
+        return self.pieces.piece(c.tool, c.piece, c.calls).bound_of(c.state) \
             + self.pieces.rest(c.tool, c.piece, c.calls) + int(self.turn.tail[c.ret])
+
+    def _entry(self, ret: int, calls: int, ti: int, p: int) -> InCall:
+        """The start of tool ``ti``'s piece ``p``."""
+        return InCall(ret, calls, ti, p, self.pieces.piece(ti, p, calls).initial_state)
 
     def _settle(self, c: InCall) -> list:
         """``c``, and where it leads without a token when its piece is complete."""
         a = self.pieces.piece(c.tool, c.piece, c.calls)
-        out = [c] if len(a.row(c.state)[0]) else []
-        if a.final[c.state]:
-            out.append(InCall(c.ret, c.calls, c.tool, c.piece + 1, 0) if not self.pieces.last(c.tool, c.piece)
+        out = [c] if a.has_tokens(c.state) else []
+        if a.is_final(c.state):
+            out.append(self._entry(c.ret, c.calls, c.tool, c.piece + 1) if not self.pieces.last(c.tool, c.piece)
                        else Outer(c.ret, c.calls + 1))
         return out
 
@@ -107,17 +135,17 @@ class ToolGrammar:
                 r = int(self.turn.macro_ret[c.state])
                 if r >= 0:
                     for ti in range(len(self.tools)):
-                        out += self.step((InCall(r, c.calls, ti, 0, 0),), token, UNREACHABLE) or ()
+                        out += self.step((self._entry(r, c.calls, ti, 0),), token, UNREACHABLE) or ()
             else:
                 nxt = self.pieces.piece(c.tool, c.piece, c.calls).next_state(c.state, token)
-                if nxt >= 0:
+                if nxt != -1:
                     out += self._settle(InCall(c.ret, c.calls, c.tool, c.piece, nxt))
                 if self.pieces.joins(c.tool, c.piece):
-                    toks, tgts = self.pieces.straddle(c.tool, c.piece, c.calls, c.state)
+                    toks, tgts, _ = self.pieces.straddle(c.tool, c.piece, c.calls, c.state)
                     i = int(toks.searchsorted(np.int32(token)))
                     if i < len(toks) and toks[i] == token:
-                        out += self._settle(InCall(c.ret, c.calls, c.tool, c.piece + 1, int(tgts[i])))
-        out = tuple(sorted(set(c for c in out if self._dist(c) <= max(left, 0))))
+                        out += self._settle(InCall(c.ret, c.calls, c.tool, c.piece + 1, tgts[i]))
+        out = _merged(c for c in out if self._dist(c) <= max(left, 0))
         return out or None
 
     def is_final(self, state: tuple) -> bool:
@@ -137,7 +165,7 @@ class ToolGrammar:
             r = int(self.turn.macro_ret[c.state])
             if r >= 0:
                 for ti in range(len(self.tools)):
-                    parts += self._piece_allowed(InCall(r, c.calls, ti, 0, 0), budget)
+                    parts += self._piece_allowed(self._entry(r, c.calls, ti, 0), budget)
             return parts
         return self._piece_allowed(c, budget)
 
@@ -147,10 +175,9 @@ class ToolGrammar:
         offset = ps.rest(c.tool, c.piece, c.calls) + int(self.turn.tail[c.ret])
         out = [a.successors_within(c.state, budget - offset)]
         if ps.joins(c.tool, c.piece):
-            toks, tgts = ps.straddle(c.tool, c.piece, c.calls, c.state)
+            toks, _, bounds = ps.straddle(c.tool, c.piece, c.calls, c.state)
             if len(toks):
-                nxt = ps.piece(c.tool, c.piece + 1, c.calls)
-                out.append(toks[nxt.bound[tgts] + ps.rest(c.tool, c.piece + 1, c.calls) + int(self.turn.tail[c.ret])
+                out.append(toks[bounds + ps.rest(c.tool, c.piece + 1, c.calls) + int(self.turn.tail[c.ret])
                                 <= budget])
         return out
 
@@ -161,7 +188,7 @@ class ToolGrammar:
             cap = int(d[d < UNREACHABLE].max(initial=0))
             r = int(self.turn.macro_ret[c.state])
             if r >= 0:
-                cap = max([cap] + [self._piece_cap(InCall(r, c.calls, ti, 0, 0)) for ti in range(len(self.tools))])
+                cap = max([cap] + [self._piece_cap(self._entry(r, c.calls, ti, 0)) for ti in range(len(self.tools))])
             return cap
         return self._piece_cap(c)
 
@@ -170,9 +197,8 @@ class ToolGrammar:
         a = ps.piece(c.tool, c.piece, c.calls)
         cap = max(a.target_cap(c.state), 0) + ps.rest(c.tool, c.piece, c.calls)
         if ps.joins(c.tool, c.piece):
-            toks, tgts = ps.straddle(c.tool, c.piece, c.calls, c.state)
+            toks, _, d = ps.straddle(c.tool, c.piece, c.calls, c.state)
             if len(toks):
-                d = ps.piece(c.tool, c.piece + 1, c.calls).bound[tgts]
                 d = d[d < UNREACHABLE]
                 cap = max(cap, int(d.max(initial=0)) + ps.rest(c.tool, c.piece + 1, c.calls))
         return cap + int(self.turn.tail[c.ret])

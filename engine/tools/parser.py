@@ -44,25 +44,27 @@ class Parser:
         by_text = {fmt.specials[name]: ch for name, ch in self.symbols.items()}
         self.replace = sorted(by_text.items(), key=lambda kv: -len(kv[0]))
         self.to_text = {ch: text for text, ch in by_text.items()}
-        self.patterns = [regex.compile(py_regex(self._call_regex(ti, True)), regex.DOTALL) for ti in range(len(calls))]
+        groups = [g for c in calls for g in c.groups]  # linked definitions, which holes call by name
+        self.defines = f"(?(DEFINE){''.join(groups)})" if groups else ""
+        self.patterns = [self._compile(self._call_regex(ti, True)) for ti in range(len(calls))]
         # for streaming: each call's text up to its arguments, and the JSON arguments alone
-        self.heads = [regex.compile(py_regex(self._call_regex(ti, True, head=True)), regex.DOTALL)
+        self.heads = [self._compile(self._call_regex(ti, True, head=True))
                       for ti in range(len(calls))]
-        self.arguments = [regex.compile(py_regex(c.holes["ARGUMENTS"]), regex.DOTALL) if "ARGUMENTS" in c.holes else None
+        self.arguments = [self._compile(c.holes["ARGUMENTS"]) if "ARGUMENTS" in c.holes else None
                           for c in calls]
         any_call = "(?:" + "|".join(f"(?:{self._call_regex(ti, False)})" for ti in range(len(calls))) + ")"
-        self.any_call = regex.compile(py_regex(any_call), regex.DOTALL)
+        self.any_call = self._compile(any_call)
 
         def fill(n):
             if n[0] == "ref" and n[1] == "call":
                 return any_call
             return self.fill_symbols(n)
 
-        self.top = regex.compile(py_regex(render(fmt, start, fill, groups=True)), regex.DOTALL)
+        self.top = self._compile(render(fmt, start, fill, groups=True))
         region = fmt.rules.get("tool_calls", ("ref", "call"))
-        self.calls_region = regex.compile(py_regex(render(fmt, region, fill)), regex.DOTALL)
+        self.calls_region = self._compile(render(fmt, region, fill))
         self.params = [
-            {key: (regex.compile(py_regex(self._parameter_regex(key, value)), regex.DOTALL), raw)
+            {key: (self._compile(self._parameter_regex(key, value)), raw)
              for key, (value, raw) in c.values.items()}
             for c in calls
         ]
@@ -73,7 +75,7 @@ class Parser:
         self.value_closer = self._closer(param, "PARAM_VALUE") if param is not None else ""
         self.value_stop = self.value_closer.strip()[:1]
         self.value_openers = [
-            {key: regex.compile(py_regex(self._parameter_regex(key, None)), regex.DOTALL) for key in c.values}
+            {key: self._compile(self._parameter_regex(key, None)) for key in c.values}
             if self.value_stop else {}
             for c in calls
         ]
@@ -83,6 +85,9 @@ class Parser:
         self.reasoning_ends_on_symbol = self.reasoning_closer[:1] in self.to_text
         self.content_ends_on_symbol = "tool_calls" not in fmt.rules or _starts_with_symbol(fmt, fmt.rules["tool_calls"])
         self._symbol_chars = frozenset(self.to_text)
+
+    def _compile(self, rx: str) -> regex.Pattern:
+        return regex.compile(py_regex(self.defines + rx), regex.DOTALL)
 
     def _call_regex(self, ti: int, groups: bool, head: bool = False) -> str:
         """Tool ``ti``'s call; ``head``: only what comes before its arguments."""

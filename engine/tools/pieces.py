@@ -1,4 +1,5 @@
-"""The automata of a tool list's call pieces: literals built directly, arguments compiled (lazily).
+"""The automata of a tool list's call pieces: literals built directly, arguments compiled (lazily;
+linked where their translation links definitions).
 
 Also what joins them: tokens that finish a literal piece and run on into the next piece
 (``": {"`` as one token), and each piece's fewest tokens to the end of its call.
@@ -13,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from tqdm import tqdm
 
-from ..automata import UNREACHABLE, Automaton, TokenAutomaton, compile_regex, distances
+from ..automata import UNREACHABLE, Automaton, LinkedAutomaton, TokenAutomaton, compile_linked, compile_regex, distances
 from ..automata.index import tokens_extending
 from ..caches import Cache
 from ..errors import CompileError
@@ -72,10 +73,10 @@ def _prefixed(vocab: Vocab, prefix: bytes) -> list[tuple[bytes, int]]:
             if vocab.token_bytes[i]]
 
 
-def _first_bytes(a: TokenAutomaton, vocab: Vocab) -> set[int]:
+def _first_bytes(a: TokenAutomaton | LinkedAutomaton, vocab: Vocab) -> set[int]:
     """The first bytes of the tokens allowed in ``a``'s initial state."""
     def build():
-        toks = a.row(0)[0].tolist()
+        toks = a.successors_within(a.initial_state, UNREACHABLE).tolist()
         return {vocab.token_bytes[t][0] for t in toks if t < len(vocab.token_bytes) and vocab.token_bytes[t]}
     return FIRST_BYTES.get_or_build(a.key, build)
 
@@ -89,9 +90,9 @@ class PieceStore:
         self.calls = calls
         self.lazy = lazy
         self.timeout = timeout
-        self._pieces: dict[tuple[int, int, int], TokenAutomaton] = {}
+        self._pieces: dict[tuple[int, int, int], TokenAutomaton | LinkedAutomaton] = {}
         self._rest: dict[tuple[int, int, int], int] = {}
-        self._straddles: dict[tuple[int, int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._straddles: dict[tuple[int, int, int, int], tuple[np.ndarray, list, np.ndarray]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -108,9 +109,9 @@ class PieceStore:
             for _ in ex.map(lambda job: self.piece(job[0], job[1], 0), jobs):
                 bar.update()
 
-    def piece(self, ti: int, p: int, k: int) -> TokenAutomaton:
+    def piece(self, ti: int, p: int, k: int) -> TokenAutomaton | LinkedAutomaton:
         """Tool ``ti``'s piece ``p`` in call number ``k``: literal pieces materialised, argument
-        pieces lazy automata compiled on first use (with ``lazy``) or up front."""
+        pieces lazy (or linked) automata compiled on first use (with ``lazy``) or up front."""
         spec = self.calls[ti].pieces[p]
         key = (ti, p, k if spec.indexed else 0)
         a = self._pieces.get(key)
@@ -119,7 +120,10 @@ class PieceStore:
                 a = literal_automaton(spec.text.replace(INDEX_MARK, str(k)), self.vocab)
             else:
                 try:
-                    a = compile_regex(spec.text, self.vocab, timeout=self.timeout, lazy=True)
+                    if spec.definitions:
+                        a = compile_linked([spec.text, *spec.definitions], self.vocab, timeout=self.timeout)
+                    else:
+                        a = compile_regex(spec.text, self.vocab, timeout=self.timeout, lazy=True)
                 except CompileError as e:
                     raise CompileError(f"tool {self.calls[ti].tool.name!r}: its arguments: {e}") from None
             with self._lock:
@@ -153,9 +157,10 @@ class PieceStore:
         """The fewest tokens of a whole call to tool ``ti``."""
         return self.rest(ti, -1, k)
 
-    def straddle(self, ti: int, p: int, k: int, st: int) -> tuple[np.ndarray, np.ndarray]:
-        """Tokens that finish literal piece ``p`` from state ``st`` and run on into piece p+1, with
-        the state each reaches there (so the model can write e.g. ``": {"`` as one token)."""
+    def straddle(self, ti: int, p: int, k: int, st: int) -> tuple[np.ndarray, list, np.ndarray]:
+        """Tokens that finish literal piece ``p`` from state ``st`` and run on into piece p+1 (sorted),
+        the state each reaches there and its bound (so the model can write e.g. ``": {"`` as one
+        token)."""
         spec = self.calls[ti].pieces[p]
         key = (ti, p, k if spec.indexed else 0, st)
         got = self._straddles.get(key)
@@ -163,7 +168,7 @@ class PieceStore:
             return got
         data = spec.text.replace(INDEX_MARK, str(k)).encode()
         suffix = data[int(self.piece(ti, p, k).positions[st]):]
-        toks, tgts = [], []
+        toks, tgts, bounds = [], [], []
         candidates = _prefixed(self.vocab, suffix) if suffix else []
         if candidates:
             nxt = self.piece(ti, p + 1, k)
@@ -172,15 +177,17 @@ class PieceStore:
             for b, t in candidates:
                 if b[len(suffix)] not in first:
                     continue
-                s = 0
+                s = nxt.initial_state
                 for byte in b[len(suffix):]:
                     s = nxt.next_state(s, single[byte]) if single[byte] >= 0 else -1
-                    if s < 0:
+                    if s == -1:
                         break
-                if s >= 0:
+                if s != -1:
                     toks.append(t)
                     tgts.append(s)
-        toks_a, tgts_a = np.asarray(toks, dtype=np.int32), np.asarray(tgts, dtype=np.int32)
+                    bounds.append(nxt.bound_of(s))
+        toks_a = np.asarray(toks, dtype=np.int32)
         order = np.argsort(toks_a, kind="stable")
-        got = self._straddles[key] = (toks_a[order], tgts_a[order])
+        got = self._straddles[key] = (toks_a[order], [tgts[i] for i in order.tolist()],
+                                      np.asarray(bounds, dtype=np.int64)[order])
         return got
