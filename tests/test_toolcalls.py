@@ -568,10 +568,21 @@ def test_free_parameters_are_linked_and_nest_at_any_depth(family):
     assert eager.min_tokens <= lazy.min_tokens
     rng = np.random.default_rng(5)
     called = 0
+    outputs = [(g, tok.encode(DEEP_CALL[family], add_special_tokens=False))]
     for budget in range(lazy.min_tokens, lazy.min_tokens + scale(16, 40)):
         ids, _ = sample(lazy, budget, rng, special_rate=0.0)
         state = lazy.walk(ids, budget)
         assert state is not None and lazy.is_final(state)
         parsed = check_output(lazy, family, ids, tools, "required", True, None)
         called += any(c["function"]["name"] == "store" for c in parsed.tool_calls)
+        outputs.append((lazy, ids))
     assert called
+    # streamed, the linked arguments come out as the whole output's parse, as re-reading gives them
+    from engine.tools import StreamParser
+
+    for grammar, ids in outputs:
+        fast, slow = grammar.stream_parser(), StreamParser(grammar.parser(), incremental=False)
+        got = [d for t in ids for d in fast.feed([t])]
+        assert _masked(got) == _masked([d for t in ids for d in slow.feed([t])])
+        assert [(c["function"]["name"], c["function"]["arguments"]) for c in accumulate_deltas(got)["tool_calls"]] \
+            == [(c["function"]["name"], c["function"]["arguments"]) for c in grammar.parse(ids).tool_calls]
