@@ -247,7 +247,8 @@ def compile_json_schema(
     process (``None``: in this process, unbounded in time). ``link=True`` compiles each
     referenced definition once and links them (recursion then nests as deep as the budget allows,
     not ``max_depth``); ``None`` (default) links when the expanded regex is too large, would
-    leave references unenforced or write free values (any JSON value: one small definition
+    leave references unenforced, cut a recursion at ``max_depth`` (always: linked, it nests as
+    deep as the budget allows) or write free values (any JSON value: one small definition
     linked, a thousand DFA states written out); ``False`` never links. ``extra_keys=True`` lets
     objects write undeclared keys after the declared ones where the schema allows them (by default
     only declared keys are written: every output is still valid, and models are not invited to
@@ -295,11 +296,11 @@ def compile_json_schema(
             if e.keyword != "$ref" or not ("expanding" in str(e) or "max_depth" in str(e)) or link is False:
                 raise
             return _linked(e, linked)
-        if link is None and (len(t.regex) > SHRINK_FROM or t.free_values or t.narrowed
+        if link is None and (len(t.regex) > SHRINK_FROM or t.free_values or t.narrowed or t.cut
                              or any(kw == "$ref" for _, kw in t.unenforced)):
             linked = linked or try_linked()
             if linked is not None and (_cost([linked.regex, *linked.definitions]) * SHRINK < _cost([t.regex])
-                                       or len(linked.unenforced) < len(t.unenforced) or t.narrowed):
+                                       or len(linked.unenforced) < len(t.unenforced) or t.narrowed or t.cut):
                 try:
                     return _linked(None, linked)
                 except (SchemaError, CompileError):

@@ -22,6 +22,7 @@ from conftest import DATA, scale
 from instances import canonical_text
 from engine.errors import BudgetError, CompileError, SchemaError
 from engine.grammar import LinkedGrammar
+from engine.json_schema import schema_to_regex
 
 BIG = 1 << 30
 TREE = {"$defs": {"node": {"type": "object", "properties": {
@@ -273,6 +274,22 @@ def test_random_client_finishes_valid_in_every_budget(qwen3_tokenizer, schema):
     assert schema is not COUNTED or longest == 259, longest  # the strings reached their limit
     with pytest.raises(BudgetError):
         g.matcher(g.min_tokens - 1)
+
+
+def test_a_recursion_the_expansion_would_cut_is_linked_by_default(qwen3_tokenizer):
+    """Written out, a recursive reference stops at max_depth (3) and deeper trees are refused;
+    by default such a schema is linked, and a tree seven levels deep passes, as jsonschema says."""
+    expanded = engine.compile_json_schema(qwen3_tokenizer, TREE, link=False)
+    assert schema_to_regex(TREE).cut > 0
+    deep = {"name": "a"}
+    for k in range(6):
+        deep = {"name": "b" * (k % 4), "kids": [deep, {"name": "c"}][: 1 + k % 2]}
+    jsonschema.validate(deep, TREE)
+    ids = qwen3_tokenizer.encode(canonical_text(deep, TREE), add_special_tokens=False)
+    assert expanded.walk(ids) is None
+    g = engine.compile_json_schema(qwen3_tokenizer, TREE)
+    assert isinstance(g, LinkedGrammar)
+    assert _verdict(qwen3_tokenizer, g, TREE, deep)
 
 
 def test_linking_compiles_what_expansion_refuses(qwen3_tokenizer):

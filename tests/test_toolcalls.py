@@ -586,3 +586,38 @@ def test_free_parameters_are_linked_and_nest_at_any_depth(family):
         assert _masked(got) == _masked([d for t in ids for d in slow.feed([t])])
         assert [(c["function"]["name"], c["function"]["arguments"]) for c in accumulate_deltas(got)["tool_calls"]] \
             == [(c["function"]["name"], c["function"]["arguments"]) for c in grammar.parse(ids).tool_calls]
+
+
+TREE_TOOL = {"type": "function", "function": {"name": "plant", "parameters": {
+    "type": "object", "properties": {"root": {"$ref": "#/$defs/node"}}, "required": ["root"],
+    "$defs": {"node": {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 3},
+        "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
+        "required": ["name"], "additionalProperties": False}}}}}
+
+
+@pytest.mark.parametrize("family", ["hermes", "qwen3_coder"])
+def test_recursive_parameters_are_linked_and_nest_past_max_depth(family):
+    """A recursive $ref in a tool's parameters (written out, cut at max_depth 3) links: a tree
+    six levels deep is allowed and read back; random calls at every budget close valid."""
+    tok = tokenizer_for(family)
+    tools = [TREE_TOOL]
+    g = compile_tools(tok, tools, format=family, tool_choice="required")
+    assert all(p.definitions for p in g.calls[0].pieces if not p.literal)
+    deep = {"name": "a"}
+    for k in range(5):
+        deep = {"name": "b" * (k % 3), "kids": [deep]}
+    value = json.dumps(deep)
+    text = ('<tool_call>\n{"name": "plant", "arguments": {"root": %s}}\n</tool_call>' % value if family == "hermes" else
+            "<tool_call>\n<function=plant>\n<parameter=root>\n%s\n</parameter>\n</function>\n</tool_call>" % value)
+    ids = tok.encode(text, add_special_tokens=False)
+    state = g.walk(ids)
+    assert state is not None and g.is_final(state)
+    parsed = check_output(g, family, ids, tools, "required", True, None)
+    assert [json.loads(c["function"]["arguments"]) for c in parsed.tool_calls] == [{"root": deep}]
+    rng = np.random.default_rng(8)
+    for budget in range(g.min_tokens, g.min_tokens + scale(12, 30)):
+        ids, _ = sample(g, budget, rng, special_rate=0.0)
+        state = g.walk(ids, budget)
+        assert state is not None and g.is_final(state)
+        assert check_output(g, family, ids, tools, "required", True, None).tool_calls

@@ -219,6 +219,7 @@ class Translation:
     # free values nesting containers, written out (thousands of DFA states each; linked, one small definition)
     free_values: int = 0
     narrowed: int = 0  # objects whose undeclared keys this translation leaves out (EXPANDED_EXTRA_AFTER)
+    cut: int = 0  # recursive $refs cut at max_depth (linked, they nest as deep as the budget allows)
 
 
 def _json_literal(value: Any) -> str:
@@ -244,6 +245,7 @@ class _Translator:
         self.definitions: list[str | None] = []  # with link: each definition's regex (None while written)
         self.free_values = 0
         self.narrowed = 0
+        self.cut = 0
         # embedded resources: an $id below the root with more than a fragment (a "#name" id is an anchor)
         self.resources = any(isinstance(x.get("$id"), str) and not x["$id"].startswith("#")
                              for x in _subschemas(root) if x is not root)
@@ -342,6 +344,7 @@ class _Translator:
                                lambda: self.value(target, ref), p)
         # only recursion is cut: a chain of distinct $refs is finite and expands in full
         if self.expanding.count(ref) >= self.o.max_depth:
+            self.cut += 1
             raise _TooDeep()
         budget = self.o.ref_budget
         if budget is not None and (self.expanded > budget or budget == 0):
@@ -1697,5 +1700,5 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
             continue
         if max_chars is None or len(regex) <= max_chars:
             break
-    return Translation(regex, t.unenforced, t.counters, free_values=t.free_values, narrowed=t.narrowed)
+    return Translation(regex, t.unenforced, t.counters, free_values=t.free_values, narrowed=t.narrowed, cut=t.cut)
 

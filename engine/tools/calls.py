@@ -222,18 +222,18 @@ def call_spec(fmt: Format, tool: Tool, symbols: dict[str, str], *, strict: bool,
 
 
 def _translate(schema_json: str, whitespace: str, strict: bool) -> tuple[str, list, list[str]]:
-    """The schema's regex, written out or (when it writes free values, or its references expand
-    past the limit) with its definitions linked."""
+    """The schema's regex, written out or (when it writes free values, cuts a recursion at
+    max_depth, or its references expand past the limit) with its definitions linked."""
     def build():
         schema = json.loads(schema_json)
         try:
             t = schema_to_regex(schema, whitespace=whitespace, strict=strict)
         except SchemaError as e:
-            if e.keyword != "$ref" or "expanding" not in str(e):
+            if e.keyword != "$ref" or not ("expanding" in str(e) or "max_depth" in str(e)):
                 raise
             failed = e
         else:
-            if not t.free_values:
+            if not (t.free_values or t.cut):
                 return t.regex, list(t.unenforced), []
             failed = None
         try:
@@ -292,8 +292,12 @@ def _parameters_regex(spec: CallSpec, fmt: Format, fill_symbols, strict: bool, w
     for k in required:
         if k not in props:
             props[k] = extra if isinstance(extra, dict) else {}
+    # each value is translated alone: it takes the parameters' definitions along for its $refs
+    shared = {k: params[k] for k in ("$defs", "definitions") if k in params}
     out, parsed = [], []
     for key, sub in props.items():
+        if shared and isinstance(sub, dict) and not shared.keys() & sub.keys():
+            sub = {**shared, **sub}
         value, read = _value_regex(spec, fmt, key, sub, strict, whitespace, definitions)
         raw = (isinstance(sub, dict) and sub.get("type") == "string" and "RAW_STRING" in fmt.patterns) \
             or _untyped_text(fmt, sub)
