@@ -88,7 +88,7 @@ def test_32_concurrent_on_random_models(family, tmp_path_factory):
     model, tok = model_for(family, tmp_path_factory)
     app = create_app(model, tok, "m", max_active=16, max_waiting=32)
     with running(app) as url:
-        load(url, 32, scale(56, 160))
+        load(url, 32, scale(36, 160))
     assert app.state.scheduler.load == 0
 
 

@@ -5,9 +5,10 @@ its arguments. A piece with no schema in it (``<|tool_call_begin|>functions.NAME
 is a literal, built directly; the others are regexes, compiled per tool (see ``tools.pieces``).
 
 A schema that writes free values (any JSON value, nesting containers: thousands of DFA states
-written out) is translated with its definitions linked (see automata.linked): the piece's regex
-holds their markers and the piece lists their regexes; the parser reads the same definitions as
-the ``regex`` module's recursive groups.
+written out), cuts a recursion at max_depth or expands its references past the limit is
+translated with its definitions linked (see automata.linked): the piece's regex holds their
+markers and the piece lists their regexes; the parser reads the same definitions as the ``regex``
+module's recursive groups.
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ class Piece:
     @cached_property
     def bound(self) -> int:
         """A regex piece's fewest tokens, bounded from above without compiling it (lazy grammars
-        count by it; sizing the regex took a quarter of an eager 50-tool compile)."""
+        count by it; sizing the regex took a quarter of an eager 50-tool compile), its linked
+        definitions' included."""
         return linked_min_units(self.text, self.definitions)
 
 
@@ -142,7 +144,7 @@ class CallSpec:
     holes: dict[str, str]  # ARGUMENTS or PARAMETERS -> its regex
     values: dict[str, tuple[str, bool]]  # parameter -> (value regex, is a raw string)
     free_raw: set[str] = field(default_factory=set)  # parameters whose value is any raw text (no enum)
-    # linked definitions as the parser's named groups, which holes and values call (see parser_form)
+    # linked definitions as the parser's named groups, which holes and values call (_parser_form)
     groups: list[str] = field(default_factory=list)
     unenforced: list[tuple[str, str]] = field(default_factory=list)  # (where, keyword)
 
