@@ -127,6 +127,33 @@ def test_streaming_reassembles_to_the_same_call(client):
         [(c.function.name, json.loads(c.function.arguments)) for c in whole]
 
 
+FREE = {"type": "function", "function": {"name": "store", "description": "Store any JSON value.", "parameters": {
+    "type": "object", "properties": {"payload": {}, "meta": {"type": "object"}}, "required": ["payload"]}}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_untyped_parameters_through_the_server(client, stream):
+    """A tool whose parameters take any value (linked arguments): sampled calls, whole and
+    streamed, carry arguments valid for its schema."""
+    for seed in range(3):
+        kwargs = dict(model="toolgate-default", messages=ASK, tools=[FREE], tool_choice="required", temperature=1.0,
+                      seed=seed, max_tokens=48)
+        if not stream:
+            calls = [(c.function.name, c.function.arguments)
+                     for c in client.chat.completions.create(**kwargs).choices[0].message.tool_calls]
+        else:
+            got: dict = {}
+            for c in client.chat.completions.create(stream=True, **kwargs):
+                for d in (c.choices[0].delta.tool_calls or []) if c.choices else []:
+                    slot = got.setdefault(d.index, [d.function.name, ""])
+                    slot[1] += d.function.arguments or ""
+            calls = [tuple(v) for v in got.values()]
+        assert calls
+        for name, arguments in calls:
+            assert name == "store"
+            jsonschema.validate(json.loads(arguments), FREE["function"]["parameters"])
+
+
 class Weather(BaseModel):
     city: str
     celsius: int
