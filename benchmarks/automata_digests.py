@@ -45,6 +45,16 @@ def digest(a) -> str:
     return h.hexdigest()[:16]
 
 
+def piece_digest(g, vocab, ti: int, p: int, piece) -> str:
+    """A call piece's digest: its materialised automaton, or for linked arguments (whose automaton
+    is not materialised) its regexes."""
+    if piece.literal:
+        return digest(g.pieces.piece(ti, p, 0))
+    if piece.definitions:
+        return "linked " + hashlib.sha256("\0".join([piece.text, *piece.definitions]).encode()).hexdigest()[:16]
+    return digest(compile_regex(piece.text, vocab, timeout=20))
+
+
 def digests() -> dict[str, str]:
     out = {}
     tok = load_tokenizer("qwen3")
@@ -70,9 +80,8 @@ def digests() -> dict[str, str]:
                     out[key] = "refused " + type(e).__name__
                     continue
                 vocab = g.vocab
-                parts = [digest(g.outer)] + [
-                    digest(g.pieces.piece(ti, p, 0) if piece.literal else compile_regex(piece.text, vocab, timeout=20))
-                    for ti in range(len(g.calls)) for p, piece in enumerate(g.calls[ti].pieces)]
+                parts = [digest(g.outer)] + [piece_digest(g, vocab, ti, p, piece)
+                                             for ti in range(len(g.calls)) for p, piece in enumerate(g.calls[ti].pieces)]
                 out[key] = " ".join(parts) + f" min={g.min_tokens}"
                 print(key, out[key], file=sys.stderr, flush=True)
     return out

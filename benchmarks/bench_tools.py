@@ -160,6 +160,7 @@ def compile_series(family, sizes, pool, eager_limit):
 def free_form_tools(family):
     """Each FREE_FORM tool alone, cold (empty caches), eager: seconds."""
     tok = AutoTokenizer.from_pretrained(str(SHARED / "tokenizers" / TOKENIZER_OF[family]))
+    vocabulary_trie(tool_vocab(engine.vocabulary.build_vocab(tok), engine.tools.load_format(family)))  # as in the series
     out = []
     for line in (SHARED / "data/mcp_tools/tools.jsonl").read_text().splitlines():
         t = json.loads(line)["tool"]
