@@ -519,6 +519,7 @@ def test_long_xml_parameter_values_stream_as_they_grow(family):
         assert max(map(len, fragments)) < 40, max(fragments, key=len)
         assert fast.rereads < len(ids) // 20, (fast.rereads, len(ids))
 
+
 FREE_TOOL = {"type": "function", "function": {"name": "store", "description": "Store any JSON payload.", "parameters": {
     "type": "object", "properties": {"payload": {}, "meta": {"type": "object"}, "tags": {"type": "array"}},
     "required": ["payload"]}}}
