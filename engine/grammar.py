@@ -19,7 +19,7 @@ from .caches import Cache
 from .constraint import walk
 from .errors import CompileError, SchemaError
 from .json_schema import WHITESPACE, check_schema, schema_key, schema_to_regex
-from .json_schema.translate import MAX_EXPANSION
+from .json_schema.translate import MAX_EXPANSION, expansion_stopped
 from .matcher import Matcher
 from .regexes import repeat_bounds
 from .vocabulary import Vocab, build_vocab
@@ -283,7 +283,7 @@ def compile_json_schema(
                 # a strict expansion past LINK_PROBE characters stops there when links cost far less
                 t = expand(LINK_PROBE if strict and link is None else MAX_EXPANSION)
             except SchemaError as e:
-                if not (strict and link is None and e.keyword == "$ref" and "expanding" in str(e)):
+                if not (strict and link is None and expansion_stopped(e)):
                     raise
                 linked = try_linked()
                 if linked is not None and _cost([linked.regex, *linked.definitions]) * SHRINK < LINK_PROBE:
@@ -293,7 +293,7 @@ def compile_json_schema(
                         pass  # the expansion may still compile
                 t = expand(MAX_EXPANSION)
         except SchemaError as e:
-            if e.keyword != "$ref" or not ("expanding" in str(e) or "max_depth" in str(e)) or link is False:
+            if not expansion_stopped(e, depth=True) or link is False:
                 raise
             return _linked(e, linked)
         if link is None and (len(t.regex) > SHRINK_FROM or t.free_values or t.narrowed or t.cut

@@ -59,6 +59,12 @@ STEPS = Cache("linked steps", 1 << 18)  # by (key, state, token bytes): (configu
 Config = tuple
 
 
+def match_state(configurations) -> tuple:
+    """Configurations as a match state: each once, in one order (a counted state, (state, count),
+    ranks as a plain one written (state,): Python does not order an int against a tuple)."""
+    return tuple(sorted(set(configurations), key=lambda c: (c[0], c[1], c[2] if type(c[2]) is tuple else (c[2],))))
+
+
 def _state(s) -> int:
     """A configuration's DFA state (inside a counted loop it is held with the count)."""
     return s[0] if isinstance(s, tuple) else s
@@ -283,7 +289,7 @@ class LinkedAutomaton:
 
     @property
     def initial_state(self) -> tuple:
-        return tuple(sorted(self.closure(((), 0, 0))))
+        return match_state(self.closure(((), 0, 0)))
 
     def step(self, state: tuple, text: bytes, left: int) -> tuple | None:
         """The state after the bytes ``text``, keeping configurations that finish within ``left``."""
@@ -318,7 +324,7 @@ class LinkedAutomaton:
             if not nxt:
                 return None, 0
             cur = nxt
-        return tuple(sorted(cur)), max(map(self.cost, cur))
+        return match_state(cur), max(map(self.cost, cur))
 
     def is_final(self, state: tuple) -> bool:
         return any(not stack and self.final[p][_state(s)] for stack, p, s in state)

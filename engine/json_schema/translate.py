@@ -1340,12 +1340,18 @@ def _multiples_within(lo, lo_incl: bool, hi, hi_incl: bool, step, integer: bool)
     return None
 
 
+def expansion_stopped(e: SchemaError, *, depth: bool = False) -> bool:
+    """``e`` says the expansion of references stopped at its size bound (with ``depth``, also at
+    a recursion past max_depth at the root): a linked translation has neither bound."""
+    return e.keyword == "$ref" and ("expanding" in str(e) or (depth and "max_depth" in str(e)))
+
+
 def _multiples_near_zero(lo, lo_incl: bool, hi, hi_incl: bool, step, integer: bool) -> str | None:
     """Every multiple jsonschema takes among the NEAR_MULTIPLES multiples of ``step`` nearest zero
     within the bounds (3.05 passes multipleOf 0.01, 0.07 does not), where the bounds hold too many
     to write each one; None when that window is empty or cannot be written."""
     width = step * NEAR_MULTIPLES / 2
-    center = max(lo, 0) if lo is not None and lo > 0 else min(hi, 0) if hi is not None and hi < 0 else 0
+    center = lo if lo is not None and lo > 0 else hi if hi is not None and hi < 0 else 0
     wlo, whi = center - width, center + width
     if lo is not None and lo >= wlo:
         wlo, wlo_incl = lo, lo_incl
@@ -1695,7 +1701,7 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
         except RecursionError:
             raise SchemaError("schema nests too deeply to translate") from None
         except SchemaError as e:
-            if e.keyword != "$ref" or "expanding" not in str(e) or budget == budgets[-1]:
+            if not expansion_stopped(e) or budget == budgets[-1]:
                 raise
             continue
         if max_chars is None or len(regex) <= max_chars:

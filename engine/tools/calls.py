@@ -23,7 +23,7 @@ from typing import Any, Callable
 from ..caches import Cache
 from ..errors import CompileError, SchemaError
 from ..json_schema import check_schema, schema_key, schema_to_regex
-from ..json_schema.translate import ANNOTATIONS
+from ..json_schema.translate import ANNOTATIONS, expansion_stopped
 from ..automata import check_regex_size
 from ..regexes import escape, exclude_specials, min_units
 from ..symbols import LINK_SLOTS, TEXT_REGEX, link_symbol
@@ -231,7 +231,7 @@ def _translate(schema_json: str, whitespace: str, strict: bool) -> tuple[str, li
         try:
             t = schema_to_regex(schema, whitespace=whitespace, strict=strict)
         except SchemaError as e:
-            if e.keyword != "$ref" or not ("expanding" in str(e) or "max_depth" in str(e)):
+            if not expansion_stopped(e, depth=True):
                 raise
             failed = e
         else:
@@ -248,9 +248,9 @@ def _translate(schema_json: str, whitespace: str, strict: bool) -> tuple[str, li
     return TRANSLATIONS.get_or_build((schema_json, whitespace, strict), build)
 
 
-def _shifted(regex: str, by: int) -> str:
-    """``regex`` with its definitions' markers numbered from ``by``."""
-    return regex.translate({ord(link_symbol(k)): link_symbol(k + by) for k in range(LINK_SLOTS - by)}) if by else regex
+def _shifted(regex: str, count: int, by: int) -> str:
+    """``regex``, whose markers call ``count`` definitions, with those markers numbered from ``by``."""
+    return regex.translate({ord(link_symbol(k)): link_symbol(k + by) for k in range(count)}) if by else regex
 
 
 def _parser_form(spec: CallSpec, regex: str, definitions: list[str]) -> str:
@@ -279,8 +279,8 @@ def _json_regex(spec: CallSpec, schema: Any, strict: bool, whitespace: str, defi
         raise SchemaError(f"its parameters link more than {LINK_SLOTS} definitions", pointer=pointer,
                           keyword="$ref", tool=tool)
     by = len(definitions)
-    definitions += [_shifted(d, by) for d in linked]
-    return _shifted(regex, by), _parser_form(spec, regex, linked)
+    definitions += [_shifted(d, len(linked), by) for d in linked]
+    return _shifted(regex, len(linked), by), _parser_form(spec, regex, linked)
 
 
 def _parameters_regex(spec: CallSpec, fmt: Format, fill_symbols, strict: bool, whitespace: str,

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import mlx.core as mx
 import numpy as np
 
-from ..automata import UNREACHABLE, allowed_mask, eos_mask, new_owner, state_mask
+from ..automata import UNREACHABLE, allowed_mask, eos_mask, match_state, new_owner, state_mask
 from ..constraint import walk
 from ..errors import BudgetError
 from ..matcher import Matcher
@@ -42,21 +42,16 @@ class InCall(NamedTuple):
 
 def _merged(configurations) -> tuple:
     """A match state: the configurations sorted, those in one linked piece (same return, call,
-    tool and piece; their states are tuples of the piece's configurations) joined in one, as its
-    automaton would hold them (and never compared, where a count may sit beside a plain state)."""
+    tool and piece; their states are tuples of the piece's configurations) joined in one match
+    state of its automaton (so two such states are never compared)."""
     plain, linked = set(), {}
     for c in configurations:
         if type(c) is InCall and type(c.state) is tuple:
             linked.setdefault(c[:4], set()).update(c.state)
         else:
             plain.add(c)
-    plain.update(InCall(*k, tuple(sorted(s, key=_config_order))) for k, s in linked.items())
+    plain.update(InCall(*k, match_state(s)) for k, s in linked.items())
     return tuple(sorted(plain, key=_order))
-
-
-def _config_order(c: tuple) -> tuple:
-    """A linked configuration's sort key: a counted state (state, count), a plain one (state,)."""
-    return c[0], c[1], c[2] if type(c[2]) is tuple else (c[2],)
 
 
 def _order(c) -> tuple:
