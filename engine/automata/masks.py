@@ -119,7 +119,11 @@ class MaskTable:
         self.lock = threading.Lock()
         eos = [i for i in vocab.eos_ids if i < width]
         self.eos = np.asarray(eos, dtype=np.int64)
-        self.eos_only = eos_mask(vocab, width)
+
+    @property
+    def eos_only(self) -> mx.array:
+        """The end-of-sequence row, built when a state first needs it (most grammars' first masks do not)."""
+        return eos_mask(self.vocab, self.width)
 
     def allowed(self, state: int, left: int) -> np.ndarray:
         """Token ids allowed in ``state`` with ``left`` tokens still to generate (this one included)."""
