@@ -263,9 +263,13 @@ class Block:
         return bound[self.table[self.live]]
 
     def bits(self, width: int) -> np.ndarray:
-        """The allowed class tokens below ``width`` as bools (one lookup per token id, no list),
-        a fresh copy: blocks allowing the same cells of one class share the lookup (the entry
-        holds its run, so the run's id in the key stays its own)."""
+        """The allowed class tokens below ``width`` as bools, a fresh array, never a list: a full
+        block's are every token of the class (one comparison per token id); any other's come
+        from one lookup per token id in its cells, shared by blocks allowing the same cells of
+        one class (the entry holds its run, so the run's id in the key stays its own)."""
+        if self.full:
+            out = self.run.token_cell[:width] < self.run.present.size
+            return out if len(out) == width else np.append(out, np.zeros(width - len(out), dtype=bool))
         key = (id(self.run), width, np.packbits(self.live).tobytes())
         found = CLASS_BITS.get(key)
         if found is None:
@@ -330,16 +334,20 @@ def _classes_by_bytes(trans: np.ndarray, states: np.ndarray, inside: np.ndarray,
         return []
     n = trans.shape[0] - 1
     wide = (trans[states][:, _LEAD_BYTES] != n).all(axis=1)
-    keys, inverse = np.unique(np.column_stack([np.packbits(inside, axis=1), wide]), axis=0, return_inverse=True)
+    # grouped by a dict of row bytes, in np.unique's order: np.unique(axis=0) costs ~0.1 ms a
+    # call warm and ~1 ms on its first in a process, on the path of a state's first mask
+    groups: dict[bytes, list[int]] = {}
+    for i, key in enumerate(np.column_stack([np.packbits(inside, axis=1), wide]).astype(np.uint8)):
+        groups.setdefault(key.tobytes(), []).append(i)
     out = []
-    for g in range(len(keys)):
-        ins = np.flatnonzero(np.unpackbits(keys[g][:16])[:128])
-        outside = np.setdiff1d(np.arange(128), ins)
-        classes = [(_all_but(outside), b"")] if keys[g][16] else []
-        skip = np.setdiff1d(outside, _STRING_OUTSIDE)
-        if chains and classes and np.isin(_STRING_OUTSIDE, outside).all() and 0 < len(skip) <= MAX_SKIPPED_FIRST:
+    for key in sorted(groups):
+        ins = np.unpackbits(np.frombuffer(key[:16], dtype=np.uint8)).astype(bool)
+        outside = np.flatnonzero(~ins)
+        classes = [(_all_but(outside), b"")] if key[16] else []
+        skip = np.flatnonzero(~ins & ~_STRING_OUTSIDE_BYTES)
+        if chains and classes and not ins[_STRING_OUTSIDE].any() and 0 < len(skip) <= MAX_SKIPPED_FIRST:
             classes.insert(0, (COMMON_CLASSES[0], skip.astype(np.uint8).tobytes()))
-        out.append((states[inverse.reshape(-1) == g], classes + [(f"[{_hex(ins)}]", b"")]))
+        out.append((states[groups[key]], classes + [(f"[{_hex(np.flatnonzero(ins))}]", b"")]))
     return out
 
 
@@ -389,7 +397,7 @@ def _classes_of(find, trans: np.ndarray, states: np.ndarray) -> list[tuple[np.nd
     row = trans[s]
     if np.count_nonzero(row[:128] != n) < MIN_RUN_BYTES:  # a structural state: neither finder finds one
         return []
-    _, rank = np.unique(row, return_inverse=True)
+    rank = np.searchsorted(sorted_unique(row), row)  # each byte's next state by its order
     key = (find.__name__, np.packbits(row == s).tobytes(), np.packbits(row == n).tobytes(),
            rank.astype(np.uint8).tobytes())
     found = ROW_CLASSES.get(key)
@@ -469,6 +477,7 @@ def _all_but(ascii_bytes) -> str:
 # The classes of a JSON string's characters and of free text: nearly every grammar has a state
 # looping on one of them, so their runs are built with the vocabulary's trie.
 _STRING_OUTSIDE = np.r_[0:0x20, 0x22, 0x5C]
+_STRING_OUTSIDE_BYTES = np.isin(np.arange(128), _STRING_OUTSIDE)
 COMMON_CLASSES = (_all_but(_STRING_OUTSIDE), _all_but([]))
 
 
@@ -508,12 +517,12 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
                 break
             run = _run_for(trie, char_class)
             looping, m = _run_states(trans, run, group, twins)
-            group = group[~np.isin(group, looping)]
+            group = _without(group, looping)
             if boundary is not None:
                 looping, m = looping[~boundary[m].any(axis=1)], m[~boundary[m].any(axis=1)]
             for s, row in zip(looping.tolist(), m):
                 _add_block(blocks, starts, trans, trie, Block(run, np.tile(row, (len(run.present), 1)), n), s)
-    rest = states[~np.isin(states, list(blocks))] if blocks else states
+    rest = _without(states, list(blocks))
     for group, classes in _classes_of(_chain_classes, trans, rest):
         for char_class, skip_first in classes:
             if not len(group):
@@ -526,8 +535,8 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
                 table = np.full(run.present.shape, n, dtype=np.int32)
                 table[:len(m)] = m
                 _add_block(blocks, starts, trans, trie, Block(run, table, n), s)
-            group = group[~np.isin(group, list(blocks))]
-    walked = states[~np.isin(states, list(blocks))] if blocks else states
+            group = _without(group, list(blocks))
+    walked = _without(states, list(blocks))
     # the first byte from the table's rows, not from the root's 256 children for every state
     first, root = trans[walked], _root_children(trie)
     row, byte = np.nonzero((first != n) & (root >= 0))
@@ -545,6 +554,17 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
         return empty, empty, empty, blocks
     src, tok, dst = (np.concatenate(p) for p in zip(*parts))
     return src, tok, dst, blocks
+
+
+def _without(values: np.ndarray, drop) -> np.ndarray:
+    """``values`` less those in ``drop``; for the few states of one state's row, by comparing
+    all pairs (np.isin's fixed cost is most of such a call)."""
+    if len(drop) == 0:
+        return values
+    drop = np.asarray(drop)
+    if len(values) * len(drop) <= 4096:
+        return values[~(values[:, None] == drop[None, :]).any(axis=1)]
+    return values[~np.isin(values, drop)]
 
 
 def _add_block(blocks: dict, starts: list, trans: np.ndarray, trie: _Trie, block: Block, s: int) -> None:
