@@ -156,6 +156,7 @@ def test_rows_beside_names_a_key_steers_around_are_the_byte_walk(qwen3_tokenizer
     others = [s for s in range(len(lazy.final)) if s not in skipping]
     assert skipping
     # each check walks the whole vocabulary: 6 of those states, evenly spread, and 2 others
+    masked = 0
     for state in skipping[::max(1, len(skipping) // 6)][:6] + others[::max(1, len(others) // 2)][:2]:
         ids, targets = lazy.row(state)
         order = np.argsort(ids)
@@ -165,6 +166,13 @@ def test_rows_beside_names_a_key_steers_around_are_the_byte_walk(qwen3_tokenizer
         differ = targets != want
         assert all(np.array_equal(lazy.trans[a], lazy.trans[b]) for a, b in set(zip(targets[differ], want[differ]))), \
             (names, state)
+        # the mask's bools (looked up by cell, the dropped tokens cleared) allow exactly the row
+        width = int(want_ids.max(initial=0)) + 2
+        bits = lazy.allowed_bits(state, 1 << 30, width)
+        if bits is not None:
+            assert np.array_equal(np.flatnonzero(bits), want_ids), (names, state)
+            masked += state in skipping
+    assert masked, names  # some skipping state's mask came from its block
 
 
 def test_budget_below_min_tokens_is_refused_before_generation(qwen3_tokenizer):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -145,6 +146,9 @@ class _Run:
     starts only at ``exits``, the trie nodes where a token first leaves the class (``exit_k`` and
     ``exit_j`` as before that byte). A state that counts class characters (a bounded string)
     moves the same way along a chain of states, one per character.
+
+    A run less the tokens beginning with some bytes (``skip_first``) shares its whole run's token
+    arrays and names the tokens it leaves out in ``dropped``; its ``present`` and exits are its own.
     """
 
     trans: np.ndarray  # (c+1, 256): the class automaton, c is dead, state 0 is between characters
@@ -165,6 +169,17 @@ class _Run:
     first: np.ndarray  # each token's first byte
     # ASCII bytes that begin no token of this run (a chain's first state steps elsewhere on them)
     skip_first: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))  # ids left out
+
+    @property
+    def count(self) -> int:
+        """How many tokens the run holds."""
+        return len(self.ids) - len(self.dropped)
+
+    @cached_property
+    def cell_counts(self) -> np.ndarray:
+        """How many of the run's tokens end in each cell (flat)."""
+        return np.bincount(self.cell, minlength=self.present.size)
 
 
 def _run(trie: "_Trie", char_class: str) -> _Run:
@@ -253,9 +268,11 @@ class Block:
     def tokens(self) -> tuple[np.ndarray, np.ndarray]:
         """The allowed class tokens and the state each leads to."""
         to = self.table.reshape(-1)[self.run.cell]
-        if self.full:
-            return self.run.ids, to
         ok = to != self.dead
+        if len(self.run.dropped):
+            ok &= ~np.isin(self.run.ids, self.run.dropped)
+        elif self.full:
+            return self.run.ids, to
         return self.run.ids[ok], to[ok]
 
     def target_bounds(self, bound: np.ndarray) -> np.ndarray:
@@ -269,11 +286,12 @@ class Block:
         one class (the entry holds its run, so the run's id in the key stays its own)."""
         if self.full:
             out = self.run.token_cell[:width] < self.run.present.size
-            return out if len(out) == width else np.append(out, np.zeros(width - len(out), dtype=bool))
+            out = out if len(out) == width else np.append(out, np.zeros(width - len(out), dtype=bool))
+            return self._less_dropped(out)
         key = (id(self.run), width, np.packbits(self.live).tobytes())
         found = CLASS_BITS.get(key)
         if found is None:
-            found = CLASS_BITS.put(key, (self.run, self._bits(width)))
+            found = CLASS_BITS.put(key, (self.run, self._less_dropped(self._bits(width))))
         return found[1].copy()
 
     def _bits(self, width: int) -> np.ndarray:
@@ -281,6 +299,11 @@ class Block:
         out = np.append(self.live.reshape(-1), False)[cell]
         if len(cell) < width:
             out = np.append(out, np.zeros(width - len(cell), dtype=bool))
+        return out
+
+    def _less_dropped(self, out: np.ndarray) -> np.ndarray:
+        dropped = self.run.dropped
+        out[dropped[dropped < len(out)]] = False
         return out
 
 
@@ -294,19 +317,20 @@ def _run_for(trie: _Trie, char_class: str, skip_first: bytes = b"") -> _Run:
 
 
 def _skipping(run: _Run, trie: _Trie, skip_first: bytes) -> _Run:
+    # the whole run's token arrays are shared, not copied less the dropped tokens: copies of
+    # arrays as long as the vocabulary cost ~3 ms in a fresh process (their pages), on the path
+    # of a state's first mask
     skip = np.frombuffer(skip_first, dtype=np.uint8).astype(np.int64)
     skipped = np.zeros(257, dtype=bool)  # by first byte; 256 for the root
     skipped[skip] = True
-    keep = ~skipped[run.first]
+    drop = np.flatnonzero(skipped[run.first])
+    counts = run.cell_counts - np.bincount(run.cell[drop], minlength=run.present.size)
+    present = (counts > 0).reshape(run.present.shape)
     out = ~skipped[trie.first[run.exits]]
-    ids, k, j, cell = run.ids[keep], run.k[keep], run.j[keep], run.cell[keep]
-    present = (np.bincount(cell, minlength=run.present.size) > 0).reshape(run.present.shape)
-    token_cell = np.full_like(run.token_cell, run.present.size)
-    token_cell[ids] = cell
     one_byte = np.flatnonzero((run.trans[0, :128] == 0) & ~skipped[:128])
-    return _Run(run.trans, run.edges, run.tree, ids, k, j, run.exits[out], run.exit_k[out], run.exit_j[out],
-                int(one_byte[0]) if len(one_byte) else -1, cell, run.exit_cell[out], run.exit_byte[out],
-                present, token_cell, run.first[keep], skip)
+    return _Run(run.trans, run.edges, run.tree, run.ids, run.k, run.j, run.exits[out], run.exit_k[out], run.exit_j[out],
+                int(one_byte[0]) if len(one_byte) else -1, run.cell, run.exit_cell[out], run.exit_byte[out],
+                present, run.token_cell, run.first, skip, run.ids[drop])
 
 
 def _run_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray, list[tuple[str, bytes]]]]:
@@ -542,7 +566,7 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
     row, byte = np.nonzero((first != n) & (root >= 0))
     starts.append((walked[row], root[byte], first[row, byte]))
     src, node, cur = (np.concatenate(p) for p in zip(*starts))
-    parts = _walk(trans, trie, src, node, cur, max_edges - sum(len(b.run.ids) for b in blocks.values()), boundary, hits)
+    parts = _walk(trans, trie, src, node, cur, max_edges - sum(b.run.count for b in blocks.values()), boundary, hits)
     for text, token in extra:
         cur = states
         for b in text:
