@@ -21,22 +21,30 @@ def pct(values, q) -> float:
 
 
 def alternating_rates(model, tok, prompt: mx.array, max_tokens: int, runs: int,
-                      modes: dict[str, Callable[[], list]], progress: bool = False) -> dict[str, list[float]]:
-    """tokens/s after the first token (prefill left out) for each mode's logits processors, the modes
-    alternating within each run and every mode of a run on the same seed; run 0 only warms caches."""
-    rates: dict[str, list[float]] = {mode: [] for mode in modes}
+                      modes: dict[str, Callable[[], list]], progress: bool = False) -> dict[str, dict[str, list[float]]]:
+    """Each mode's runs with its logits processors: 'rates', tokens/s after the first token (prefill left
+    out), one per run; 'steps', the seconds between consecutive tokens, every run's pooled. The modes
+    alternate within each run, in reverse order every other run, all of a run's on the same seed; run 0
+    only warms caches."""
+    out: dict[str, dict[str, list[float]]] = {mode: {"rates": [], "steps": []} for mode in modes}
     for r in range(runs + 1):
-        for mode, processors in modes.items():
-            procs = processors()
+        for mode in (list(modes) if r % 2 == 0 else list(modes)[::-1]):
+            procs = modes[mode]()
             mx.random.seed(r)
-            n, t = 0, time.perf_counter()
+            stamps = []
             for _ in mlx_lm.stream_generate(model, tok, prompt, max_tokens=max_tokens,
                                             sampler=make_sampler(temp=1.0), logits_processors=procs):
-                if n == 0:
-                    t = time.perf_counter()
-                n += 1
-            if r > 0 and n > 1:
-                rates[mode].append((n - 1) / (time.perf_counter() - t))
+                stamps.append(time.perf_counter())
+            if r > 0 and len(stamps) > 1:
+                out[mode]["rates"].append((len(stamps) - 1) / (stamps[-1] - stamps[0]))
+                out[mode]["steps"] += list(np.diff(stamps))
         if progress:
-            log(f"  throughput run {r}/{runs}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in rates.items() if v))
-    return rates
+            log(f"  throughput run {r}/{runs}: " + ", ".join(
+                f"{k} {v['rates'][-1]:.1f}" for k, v in out.items() if v["rates"]))
+    return out
+
+
+def step_ratio(runs: dict[str, dict[str, list[float]]], mode: str, base: str = "unconstrained") -> float:
+    """The base's median time per token over the mode's, every run's steps pooled: steadier than a ratio of
+    tokens/s, which drifts by up to 20 % from run to run on this machine."""
+    return float(np.median(runs[base]["steps"]) / np.median(runs[mode]["steps"]))
