@@ -268,11 +268,11 @@ class Block:
     def tokens(self) -> tuple[np.ndarray, np.ndarray]:
         """The allowed class tokens and the state each leads to."""
         to = self.table.reshape(-1)[self.run.cell]
+        if self.full and not len(self.run.dropped):
+            return self.run.ids, to
         ok = to != self.dead
         if len(self.run.dropped):
             ok &= ~np.isin(self.run.ids, self.run.dropped)
-        elif self.full:
-            return self.run.ids, to
         return self.run.ids[ok], to[ok]
 
     def target_bounds(self, bound: np.ndarray) -> np.ndarray:
