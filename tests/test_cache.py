@@ -84,3 +84,22 @@ def test_the_disk_cache_is_scanned_only_past_its_limit(tmp_path, monkeypatch):
     kept = list(folder.glob("*.npz"))
     assert len(scans) == 2 and path in kept and 1 < len(kept) <= 3
     assert sum(f.stat().st_size for f in kept) <= limit
+
+
+def test_schema_keys_from_the_marshal_cache_are_the_walked_keys():
+    from collections import OrderedDict
+
+    from engine.json_schema import keys
+
+    # values json writes alike or Python compares equal (1, 1.0, True) must keep apart
+    schemas = [{"const": 1}, {"const": 1.0}, {"const": True}, {"enum": [0, False]}, {"enum": [False, 0]},
+               {"type": "object", "properties": {"a": {}, "b": {}}},
+               {"properties": {"b": {}, "a": {}}, "type": "object"}, {"type": "string", "maxLength": 3}]
+    walked = [keys.schema_key(s) for s in schemas]
+    assert len(set(walked)) == len(schemas)
+    assert keys.schema_key({"maxLength": 3, "type": "string"}) == walked[-1]  # key order off properties
+    hits = keys.KEYS.hits
+    assert [keys.schema_key(s) for s in schemas] == walked and keys.KEYS.hits == hits + len(schemas)
+    # not plain data: walked every time, never stored
+    size = len(keys.KEYS)
+    assert keys.schema_key(OrderedDict(type="string", maxLength=3)) == walked[-1] and len(keys.KEYS) == size
