@@ -14,7 +14,8 @@ _DATA = ("enum", "const", "default", "examples")  # instance values: written as 
 # tool list, every turn) pays one marshal (0.13 ms for a 150 KB schema), not the Python walk and
 # dump (1.5 ms). Equal bytes load as equal values of the same types, so a hit is always the right
 # key. Format 2 writes no object references or interning marks (3 and later do, from refcounts),
-# so the bytes depend on the value alone.
+# so the bytes depend on the value alone (were they not to, a schema would miss, never take a
+# wrong key).
 KEYS = Cache("schema keys", 64 << 20, lambda key: 2 * len(key))
 
 
@@ -24,13 +25,12 @@ def schema_key(schema: Any) -> str:
     try:
         data = marshal.dumps(schema, 2)
     except ValueError:  # not plain data (a dict subclass, an object): json says what is wrong
-        data = None
-    found = KEYS.get(data) if data is not None else None
-    if found is None:
-        found = json.dumps(_canonical(schema), separators=(",", ":"), ensure_ascii=False)
-        if data is not None:
-            KEYS.put(data, found)
-    return found
+        return _walked_key(schema)
+    return KEYS.get_or_build(data, lambda: _walked_key(schema))
+
+
+def _walked_key(schema: Any) -> str:
+    return json.dumps(_canonical(schema), separators=(",", ":"), ensure_ascii=False)
 
 
 def _canonical(node: Any, names: bool = False) -> Any:
