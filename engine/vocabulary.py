@@ -111,15 +111,18 @@ class Vocab:
         return Vocab(self.token_bytes, self.special, eos_ids, self.size, self.name, self.dropped)
 
     @cached_property
-    def outlines_map(self) -> dict[bytes, list[int]]:
-        """``{bytes: [ids]}`` for outlines-core: ordinary tokens plus symbols, EOS excluded."""
+    def outlines_map(self) -> dict[bytes, tuple[int, ...]]:
+        """``{bytes: (ids)}``: ordinary tokens plus symbols, EOS excluded. Tuples, not lists: the
+        collector stops tracking a tuple of ints, while 150k lists kept for the process's life
+        add ~20 ms to every full collection (Qwen3's vocabulary, measured here), a stall in the
+        middle of a generation."""
         out: dict[bytes, list[int]] = {}
         for i, b in enumerate(self.token_bytes):
             if b:
                 out.setdefault(b, []).append(i)
         for i, ch in self.symbols.items():
             out.setdefault(ch.encode(), []).append(i)
-        return out
+        return {b: tuple(ids) for b, ids in out.items()}
 
     @cached_property
     def texts(self) -> tuple[bytes | None, ...]:
