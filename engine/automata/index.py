@@ -610,24 +610,33 @@ def _walk(trans: np.ndarray, trie: _Trie, src: np.ndarray, node: np.ndarray, cur
           boundary: np.ndarray | None = None, hits: list | None = None) -> list:
     """Walk the trie down from ``node`` (each at DFA state ``cur``, for ``src``) level by level: the
     (src, token, next state) of every token ending on the way. With ``boundary`` ((n+1,) bools),
-    every (src, node, state) where the walk stands on a boundary state is appended to ``hits``."""
+    every (src, node, state) where the walk stands on a boundary state is appended to ``hits``.
+
+    A level only steps the frontier; the tokens ending on it and its boundary states are read
+    once for all levels at the end. Long tokens (``//-----...``, 100+ bytes, in a URI's path)
+    make walks of 100 levels with a handful of nodes each, where numpy's per-call cost is all
+    there is, so the fewer calls per level the better."""
     n = trans.shape[0] - 1
-    parts, total = [], 0
+    counted = max_edges < 1 << 60  # a lazy state's walk is not bounded: no count per level
+    levels, total = [], 0
     while len(src):
-        owner, pos = ranges(node, trie.eoff)
-        if len(owner):
-            parts.append((src[owner], trie.ids[pos], cur[owner]))
-            total += len(owner)
+        levels.append((src, node, cur))
+        if counted:
+            total += int((trie.eoff[node + 1] - trie.eoff[node]).sum())
             if total > max_edges:
                 raise CompileError(f"the token automaton exceeds {max_edges} transitions")
-        if boundary is not None:
-            at = boundary[cur]
-            hits.append((src[at], node[at], cur[at]))
         owner, child = ranges(node, trie.coff)
         nxt = trans[cur[owner], trie.byte[child]]
         alive = nxt != n
         src, node, cur = src[owner[alive]], child[alive], nxt[alive]
-    return parts
+    if not levels:
+        return []
+    src, node, cur = (np.concatenate(a) for a in zip(*levels)) if len(levels) > 1 else levels[0]
+    if boundary is not None:
+        at = boundary[cur]
+        hits.append((src[at], node[at], cur[at]))
+    owner, pos = ranges(node, trie.eoff)
+    return [(src[owner], trie.ids[pos], cur[owner])] if len(owner) else []
 
 
 def descend(trans: np.ndarray, trie: _Trie, nodes: np.ndarray, state: int, boundary: np.ndarray
