@@ -613,9 +613,9 @@ def _walk(trans: np.ndarray, trie: _Trie, src: np.ndarray, node: np.ndarray, cur
     every (src, node, state) where the walk stands on a boundary state is appended to ``hits``.
 
     A level only steps the frontier; the tokens ending on it and its boundary states are read
-    once for all levels at the end. Long tokens (``//-----...``, 100+ bytes, in a URI's path)
-    make walks of 100 levels with a handful of nodes each, where numpy's per-call cost is all
-    there is, so the fewer calls per level the better."""
+    once for all levels at the end. Long tokens (``//-----...``, 100+ bytes) read in a state that
+    takes most ASCII bytes but loops on none make walks of 100 levels with a handful of nodes
+    each, where numpy's per-call cost is all there is, so the fewer calls per level the better."""
     n = trans.shape[0] - 1
     counted = max_edges < 1 << 60  # a lazy state's walk is not bounded: no count per level
     levels, total = [], 0
