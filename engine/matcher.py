@@ -61,9 +61,9 @@ class Matcher:
         width = logits.shape[-1]
         # Queue the token history, then this step's forward pass, then read the history: MLX runs
         # a stream's work in order, so a history queued after the forward pass waits for all of it
-        # (~6 ms a step on the tiny model), and following the newest token (~0.25 ms in a tool
-        # call) would start only then. In this order it is read at once and the model runs while
-        # we mask.
+        # (~6 ms a step on the tiny model), and following the newest token (0.25 ms a step inside
+        # a tool-call generation) would start only then. In this order it is read at once and the
+        # model runs while we mask.
         if isinstance(tokens, mx.array):
             mx.async_eval(tokens)
         mx.async_eval(logits)

@@ -25,6 +25,7 @@ from .automaton import UNREACHABLE, Automaton, bfs, ranges, sorted_unique, state
 from .byte_dfa import byte_dfa
 
 DEFAULT_MAX_EDGES = 64_000_000  # token transitions per automaton (about 12 bytes each while building)
+NO_EDGE_LIMIT = 1 << 62  # max_edges of a walk that is never bounded (one state's row, a bound's table)
 MIN_RUN_BYTES = 16  # a state looping on fewer ASCII bytes is walked token by token
 # by vocabulary fingerprint; a family's tool vocabularies (other end tokens) have tries of their own
 TRIES = Cache("vocabulary tries", 512 << 20, lambda t: t.nbytes, per_vocabulary=True)
@@ -617,7 +618,9 @@ def _walk(trans: np.ndarray, trie: _Trie, src: np.ndarray, node: np.ndarray, cur
     takes most ASCII bytes but loops on none make walks of 100 levels with a handful of nodes
     each, where numpy's per-call cost is all there is, so the fewer calls per level the better."""
     n = trans.shape[0] - 1
-    counted = max_edges < 1 << 60  # a lazy state's walk is not bounded: no count per level
+    # an unbounded walk counts nothing per level (token_edges passes NO_EDGE_LIMIT less the tokens
+    # of its blocks)
+    counted = max_edges < NO_EDGE_LIMIT // 2
     levels, total = [], 0
     while len(src):
         levels.append((src, node, cur))
@@ -648,7 +651,7 @@ def descend(trans: np.ndarray, trie: _Trie, nodes: np.ndarray, state: int, bound
     cur = trans[state, trie.byte[child]]
     alive = cur != n
     hits: list = []
-    parts = _walk(trans, trie, np.zeros(int(alive.sum()), dtype=np.int32), child[alive], cur[alive], 1 << 62,
+    parts = _walk(trans, trie, np.zeros(int(alive.sum()), dtype=np.int32), child[alive], cur[alive], NO_EDGE_LIMIT,
                   boundary, hits)
     empty = np.zeros(0, dtype=np.int32)
     tok = np.concatenate([p[1] for p in parts]) if parts else empty
@@ -662,7 +665,7 @@ def token_row_hits(trans: np.ndarray, trie: _Trie, state: int, boundary: np.ndar
     and the trie nodes where a token's bytes stand on a ``boundary`` state partway or at its end,
     with those states."""
     hits: list = []
-    _, tok, dst, blocks = token_edges(trans, trie, 1 << 62, (), np.array([state], dtype=np.int32), boundary, hits,
+    _, tok, dst, blocks = token_edges(trans, trie, NO_EDGE_LIMIT, (), np.array([state], dtype=np.int32), boundary, hits,
                                       twins=True)
     return (blocks.get(state), tok, dst) + _hits(hits)
 
@@ -686,7 +689,7 @@ def token_row(trans: np.ndarray, trie: _Trie, state: int, extra: tuple[tuple[byt
               ) -> tuple[Block | None, np.ndarray, np.ndarray]:
     """One state's tokens: its class block (None when it has none), and the tokens walked one by
     one with the states they lead to (unsorted), the dead state left out."""
-    _, tok, dst, blocks = token_edges(trans, trie, 1 << 62, extra, np.array([state], dtype=np.int32), twins=True)
+    _, tok, dst, blocks = token_edges(trans, trie, NO_EDGE_LIMIT, extra, np.array([state], dtype=np.int32), twins=True)
     return blocks.get(state), tok, dst
 
 

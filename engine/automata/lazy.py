@@ -23,7 +23,7 @@ from ..errors import CompileError
 from ..vocabulary import Vocab
 from .automaton import UNREACHABLE, TokenAutomaton, bfs
 from .byte_dfa import byte_dfa
-from .index import Block, token_edges, token_row, vocabulary_trie
+from .index import NO_EDGE_LIMIT, Block, token_edges, token_row, vocabulary_trie
 
 # by (automaton key, state): (class block or None, walked tokens, their next states)
 ROWS = Cache("token rows", 256 << 20, lambda r: r[1].nbytes + r[2].nbytes + (r[0].nbytes if r[0] else 0))
@@ -45,7 +45,7 @@ def lazy_tables(regex: str, vocab: Vocab, macro: tuple[str, int] | None = None
     trans = np.where(live[trans], trans, n).astype(np.int32)
     # whole tokens along the shortest byte paths shorten the bound to about the true token count
     short = shortest_path_table(trans, steps)
-    s2, _, d2, _ = token_edges(short, vocabulary_trie(vocab), 1 << 62)
+    s2, _, d2, _ = token_edges(short, vocabulary_trie(vocab), NO_EDGE_LIMIT)
     bound = bfs(np.concatenate([dst, d2]), np.concatenate([src, s2]), np.flatnonzero(final), n)
     return trans, final, bound
 

@@ -40,7 +40,7 @@ from ..vocabulary import Vocab
 from . import counters
 from .automaton import UNREACHABLE, bfs, sorted_unique
 from .byte_dfa import byte_dfa
-from .index import Block, descend, token_edges, token_row_hits, vocabulary_trie
+from .index import NO_EDGE_LIMIT, Block, descend, token_edges, token_row_hits, vocabulary_trie
 from .lazy import shortest_path_table, single_steps
 
 PART_THREADS = 2  # parts compiled at once, when their regexes hold more than PARALLEL_FROM characters
@@ -168,7 +168,7 @@ def _part(regex: str, count: int, trie, single: np.ndarray, symbols: list, limit
     live = np.append(steps < UNREACHABLE, False)
     trans = np.where(live[trans], trans, n).astype(np.int32)
     call = call[live[call[:, 0]] & live[call[:, 2]]]
-    s2, _, d2, _ = token_edges(shortest_path_table(trans, steps), trie, 1 << 62)
+    s2, _, d2, _ = token_edges(shortest_path_table(trans, steps), trie, NO_EDGE_LIMIT)
     return trans, final, call, (np.concatenate([src, s2]), np.concatenate([dst, d2])), loops
 
 
