@@ -394,11 +394,18 @@ class LinkedAutomaton:
         toks.append(tok)
         costs.append(self.costs(c, dst))
         if len(hit_node):
-            trie = vocabulary_trie(self.vocab)
+            # every token standing on a boundary walks on together with the others entering the
+            # same configuration: a number's final states all return to one caller state, and
+            # walking on from each of them alone read a call site's rest once per final state
+            entered: dict[Config, list[np.ndarray]] = {}
             for u in sorted_unique(hit_state).tolist():
-                nodes = hit_node[hit_state == u]  # every token standing on u walks on together
+                nodes = hit_node[hit_state == u]
                 for e in self.closure((stack, p, u))[1:]:
-                    self._read(e, self._descend(e[1], e[2], nodes, trie), toks, costs)
+                    entered.setdefault(e, []).append(nodes)
+            trie = vocabulary_trie(self.vocab)
+            for e, nodes in entered.items():
+                nodes = nodes[0] if len(nodes) == 1 else sorted_unique(np.concatenate(nodes))
+                self._read(e, self._descend(e[1], e[2], nodes, trie), toks, costs)
         return block
 
     def _descend(self, p: int, s: int, nodes: np.ndarray, trie) -> tuple:
