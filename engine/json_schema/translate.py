@@ -205,7 +205,9 @@ class Options:
     ref_budget: int | None = None  # lenient: $ref expansion characters before references are written loosely
     count_above: int | None = None  # plain strings with a longer maxLength are counted beside the DFA
     link: bool = False  # each referenced definition written once, uses as markers (automata.linked)
-    extra_keys: bool = False  # undeclared keys after the declared ones where the schema allows them
+    # undeclared keys after the declared ones: True where the schema allows them, None where an
+    # object's additionalProperties says so explicitly, False never
+    extra_keys: bool | None = None
     link_count_from: int | None = None  # linking: strings whose bounds differ this much are counted
     max_expansion: int = MAX_EXPANSION  # characters all $ref expansions may produce
 
@@ -1165,8 +1167,8 @@ class _Translator:
         return f'"{escape(json.dumps(name, ensure_ascii=False)[1:-1])}"{self.ws}:{self.ws}{regex}'
 
     def object(self, s: dict, p: str) -> str:
-        """Declared properties in schema order (then, with ``extra_keys``, undeclared ones the
-        schema allows). Where a keyword cannot be expressed exactly, the output is narrowed to a
+        """Declared properties in schema order (then undeclared ones the schema allows, as
+        ``extra_keys`` says). Where a keyword cannot be expressed exactly, the output is narrowed to a
         subset that always satisfies it."""
         ws = self.ws
         props = dict(s.get("properties", {}) or {})
@@ -1315,7 +1317,9 @@ class _Translator:
     def extra_member(self, s: dict, extra: Any, p: str, max_p: int | None, names: list[str]) -> str | None:
         """An undeclared ``"key": value`` written after the declared ones, its key none of ``names``;
         None where the object may have none, or counts or rules keys in ways this does not follow."""
-        if not self.o.extra_keys or extra is False or max_p is not None or "unevaluatedProperties" in s:
+        if extra is False or max_p is not None or "unevaluatedProperties" in s:
+            return None
+        if not (self.o.extra_keys or (self.o.extra_keys is None and "additionalProperties" in s)):
             return None
         key = key_except(sorted(set(names)))
         if key is None:
@@ -1650,7 +1654,7 @@ def _is_valid(validator: Any, value: Any) -> bool | None:
 def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool = True,
                     max_depth: int = 3, max_repeat: int = 256, max_length: int = 256,
                     max_chars: int | None = None, count_above: int | None = None, link: bool = False,
-                    extra_keys: bool = False, link_count_from: int | None = None,
+                    extra_keys: bool | None = None, link_count_from: int | None = None,
                     max_expansion: int = MAX_EXPANSION) -> Translation:
     """Translate a JSON schema (dict, bool or JSON text) to a regex over JSON text.
 
@@ -1667,11 +1671,13 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     ``$ref`` saying "expanding"). With ``link``, each referenced definition is written once, in
     ``Translation.definitions``, and each use as its marker (see automata.linked); recursion then
     nests without a depth bound.
-    By default an object writes its declared keys only (a narrowing where the schema allows more);
-    with ``extra_keys`` it may write undeclared ones after them where the schema allows any (no
+    An object may write undeclared keys after its declared ones where the schema allows any (no
     patternProperties, propertyNames, maxProperties or unevaluatedProperties on that object;
     without ``link``, only in objects of at most EXPANDED_EXTRA_AFTER declared keys, counted in
-    ``Translation.narrowed``).
+    ``Translation.narrowed``): with ``extra_keys=None`` (default) where its ``additionalProperties``
+    is given (true or a schema), with ``True`` also where it is left out (implicitly true), with
+    ``False`` never. Elsewhere it writes its declared keys only, a narrowing where the schema
+    allows more: models are not invited to invent keys the schema did not ask for.
     """
     if isinstance(schema, (str, bytes)):
         try:
