@@ -85,7 +85,7 @@ class Refused(Exception):
 class Toolgate:
     name = "toolgate"
 
-    def __init__(self, tok, lenient: bool = False, extra_keys: bool | None = None):
+    def __init__(self, tok, lenient: bool = False, extra_keys: bool = False):
         self.tok, self.strict, self.extra_keys = tok, not lenient, extra_keys
         if lenient:
             self.name = "toolgate (lenient)"
@@ -678,7 +678,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a few minutes: 1 schema per subset, short runs")
     ap.add_argument("--per-subset", type=int, help="schemas per JSONSchemaBench subset")
     ap.add_argument("--limit", type=float, help="seconds allowed to reach the first mask")
-    ap.add_argument("--extra-keys", action="store_true", help="toolgate writes undeclared object keys wherever allowed (not only where additionalProperties is given)")
+    ap.add_argument("--extra-keys", action="store_true", help="toolgate writes undeclared object keys where allowed")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS.md"))
     ap.add_argument("--from-json", help="re-render the report and plots from a saved results_peers.json")
     ap.add_argument("--tools-only", action="store_true",
@@ -714,7 +714,7 @@ def main():
     model, tok = mlx_lm.load(str(folder))
     hf = AutoTokenizer.from_pretrained(str(SHARED / "tokenizers" / "qwen3"))
     log("setting up the engines (tokenizer conversions) ...")
-    ours = Toolgate(tok, extra_keys=True if args.extra_keys else None)
+    ours = Toolgate(tok, extra_keys=args.extra_keys)
     peers = [LLGuidance(hf), XGrammar(hf), OutlinesCore(engine.vocabulary.build_vocab(tok))]
     engines = [ours] + peers
     lenient = {"toolgate": Toolgate(tok, lenient=True), "llguidance": LLGuidance(hf, lenient=True)}

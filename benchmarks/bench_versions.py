@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-def worker(tree: str, per_subset: int, limit: float, extra_keys: bool | None) -> None:
+def worker(tree: str, per_subset: int, limit: float, extra_keys: bool) -> None:
     """Answer schema indices read from stdin with one JSON record each."""
     sys.path[:0] = [tree, str(HERE)]
     import engine
@@ -122,7 +122,7 @@ def main() -> None:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        return worker(args.worker, args.per_subset, args.limit, True if args.head_extra_keys else None)
+        return worker(args.worker, args.per_subset, args.limit, args.head_extra_keys)
     if not args.base:
         ap.error("--base is required")
     args.argv = " ".join(sys.argv[1:])

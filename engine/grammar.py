@@ -237,7 +237,7 @@ def compile_json_schema(
     max_depth: int = 3,
     timeout: float | None = DEFAULT_TIMEOUT,
     link: bool | None = None,
-    extra_keys: bool | None = None,
+    extra_keys: bool | None = False,
 ) -> Grammar:
     """Compile a JSON schema (dict, bool or JSON text) for ``tokenizer``; cached.
 
@@ -249,11 +249,11 @@ def compile_json_schema(
     not ``max_depth``); ``None`` (default) links when the expanded regex is too large, would
     leave references unenforced, cut a recursion at ``max_depth`` (always: linked, it nests as
     deep as the budget allows) or write free values (any JSON value: one small definition
-    linked, a thousand DFA states written out); ``False`` never links. Objects write undeclared keys
-    after the declared ones where their ``additionalProperties`` is given (true or a schema);
-    ``extra_keys=True`` also where it is left out, ``False`` never (declared keys only: every
-    output is still valid, and models are not invited to invent keys the schema did not ask
-    for); an object of more than ``json_schema.translate.EXPANDED_EXTRA_AFTER`` (8) declared
+    linked, a thousand DFA states written out); ``False`` never links. By default objects write
+    their declared keys only (every output is still valid, and models are not invited to invent
+    keys); ``extra_keys=True`` lets them write undeclared keys after those where the schema allows
+    any, ``extra_keys=None`` only where their ``additionalProperties`` is given (true or a schema);
+    an object of more than ``json_schema.translate.EXPANDED_EXTRA_AFTER`` (8) declared
     keys writes them only linked, so with ``link=None`` such a schema is linked.
     """
     if isinstance(schema, (str, bytes)):

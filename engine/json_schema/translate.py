@@ -206,8 +206,8 @@ class Options:
     count_above: int | None = None  # plain strings with a longer maxLength are counted beside the DFA
     link: bool = False  # each referenced definition written once, uses as markers (automata.linked)
     # undeclared keys after the declared ones: True where the schema allows them, None where an
-    # object's additionalProperties says so explicitly, False never
-    extra_keys: bool | None = None
+    # object's additionalProperties says so explicitly, False (default) never
+    extra_keys: bool | None = False
     link_count_from: int | None = None  # linking: strings whose bounds differ this much are counted
     max_expansion: int = MAX_EXPANSION  # characters all $ref expansions may produce
 
@@ -1654,7 +1654,7 @@ def _is_valid(validator: Any, value: Any) -> bool | None:
 def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool = True,
                     max_depth: int = 3, max_repeat: int = 256, max_length: int = 256,
                     max_chars: int | None = None, count_above: int | None = None, link: bool = False,
-                    extra_keys: bool | None = None, link_count_from: int | None = None,
+                    extra_keys: bool | None = False, link_count_from: int | None = None,
                     max_expansion: int = MAX_EXPANSION) -> Translation:
     """Translate a JSON schema (dict, bool or JSON text) to a regex over JSON text.
 
@@ -1674,10 +1674,10 @@ def schema_to_regex(schema: Any, *, whitespace: str = WHITESPACE, strict: bool =
     An object may write undeclared keys after its declared ones where the schema allows any (no
     patternProperties, propertyNames, maxProperties or unevaluatedProperties on that object;
     without ``link``, only in objects of at most EXPANDED_EXTRA_AFTER declared keys, counted in
-    ``Translation.narrowed``): with ``extra_keys=None`` (default) where its ``additionalProperties``
-    is given (true or a schema), with ``True`` also where it is left out (implicitly true), with
-    ``False`` never. Elsewhere it writes its declared keys only, a narrowing where the schema
-    allows more: models are not invited to invent keys the schema did not ask for.
+    ``Translation.narrowed``): with ``extra_keys=True`` wherever the schema allows them, with
+    ``None`` only where its ``additionalProperties`` is given (true or a schema), with ``False``
+    (default) never. Elsewhere it writes its declared keys only, a narrowing where the schema
+    allows more: models are not invited to invent keys, and first masks stay cheap.
     """
     if isinstance(schema, (str, bytes)):
         try:
