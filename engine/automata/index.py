@@ -203,40 +203,54 @@ def _run(trie: "_Trie", char_class: str) -> _Run:
                 tree.append((a, b, d))
                 nxt.append(d)
         frontier = nxt
-    # every trie node's class state (c once it has left the class), walked down from the root
-    # through the nodes still inside (a narrow class's few, not the whole trie level by level)
-    node_k = np.full(len(trie.parent) + 1, c, dtype=np.int32)  # and one for "no node"
-    node_k[0] = 0
-    node_j = np.zeros(len(trie.parent) + 1, dtype=np.int32)
+    # the trie walked down from the root, one level at a time, through the nodes still inside the
+    # class (a narrow class's few; much of a level, all of it): each level's arrays are its own, as
+    # arrays over every trie node faulted in ~1,700 fresh pages (~4 ms) in a new process
     flat = trans.reshape(-1)
-    frontier, count, depth = np.zeros(1, dtype=np.int64), 1, 1
-    while count and depth + 1 < len(trie.doff):
+    kd = np.int16 if c < 1 << 15 else np.int32
+    inside, in_k, in_j = [np.zeros(1, dtype=np.int32)], [np.zeros(1, dtype=kd)], [np.zeros(1, dtype=np.int16)]
+    out, out_k, out_j = [], [], []
+    nodes, nk, nj = inside[0], in_k[0], in_j[0]
+    level = None  # (the level's k, j) over all of it, when it was walked whole
+    for depth in range(1, len(trie.doff) - 1):
+        if not len(nodes):
+            break
         lo, hi = int(trie.doff[depth]), int(trie.doff[depth + 1])
-        depth += 1
-        if frontier is not None:  # a few nodes inside: their children's ranges
-            owner, child = ranges(frontier, trie.coff)
-            up = frontier[owner]
-        else:  # much of a level inside: all of it (below a node that left, the dead row keeps it out)
-            child, up = slice(lo, hi), trie.parent[lo:hi]
-        step = flat[node_k[up] * 256 + trie.byte[child]]
-        node_k[child] = step
-        node_j[child] = node_j[up] + (step == 0)
+        if len(nodes) * 16 < hi - lo:  # a few nodes inside: their children's ranges
+            owner, child = ranges(nodes, trie.coff)
+            up_k, up_j = nk[owner], nj[owner]
+        else:  # much of the level above inside: all of this level, below a node outside the dead row
+            up_lo = int(trie.doff[depth - 1])
+            if level is None:
+                level = np.full(lo - up_lo, c, dtype=kd), np.zeros(lo - up_lo, dtype=np.int16)
+                level[0][nodes - up_lo], level[1][nodes - up_lo] = nk, nj
+            child = np.arange(lo, hi, dtype=np.int32)
+            up = trie.parent[lo:hi] - up_lo
+            up_k, up_j = level[0][up], level[1][up]
+        step = flat[up_k.astype(np.int64) * 256 + trie.byte[child]].astype(kd)
         kept = step != c
-        count = int(np.count_nonzero(kept))
-        below = int(trie.doff[depth + 1] - trie.doff[depth]) if depth + 1 < len(trie.doff) else 0
-        frontier = None if count * 16 >= below else \
-            (lo + np.flatnonzero(kept) if isinstance(child, slice) else child[kept])
-    # an exit is a node whose byte first leaves the class; nothing below it is inside
-    exits = np.flatnonzero((node_k[:-1] == c) & (node_k[trie.parent] != c)).astype(np.int32)
-    ids = np.flatnonzero(node_k[trie.node_of_id] != c).astype(np.int32)
-    end = trie.node_of_id[ids]
-    one_byte = np.flatnonzero(trans[0, :128] == 0)
-    k, j = node_k[end], node_j[end]
-    exit_k, exit_j = node_k[trie.parent[exits]], node_j[trie.parent[exits]]
+        left = ~kept & (up_k != c)  # an exit: its byte first leaves the class; nothing below it is inside
+        out.append(child[left]), out_k.append(up_k[left]), out_j.append(up_j[left])
+        step_j = up_j + (step == 0)
+        nodes, nk, nj = child[kept], step[kept], step_j[kept]
+        level = (step, step_j) if len(child) == hi - lo else None  # children come in node order
+        inside.append(nodes), in_k.append(nk), in_j.append(nj)
+    inside, in_k, in_j = np.concatenate(inside), np.concatenate(in_k), np.concatenate(in_j)
+    exits = np.concatenate(out).astype(np.int32) if out else np.zeros(0, dtype=np.int32)
+    exit_k = np.concatenate(out_k).astype(np.int32) if out else np.zeros(0, dtype=np.int32)
+    exit_j = np.concatenate(out_j).astype(np.int32) if out else np.zeros(0, dtype=np.int32)
+    # the tokens ending inside (each inside node's trie.ids[eoff[n]:eoff[n+1]]) put in id order by
+    # their cells, one per token id, not by sorting the ids
+    owner, at = ranges(inside, trie.eoff)
+    k, j = in_k[owner].astype(np.int32), in_j[owner].astype(np.int32)
     present = np.zeros((int(max(j.max(initial=0), exit_j.max(initial=0))) + 1, c), dtype=bool)
     present[j, k] = True
-    token_cell = np.full(len(trie.node_of_id), present.size, dtype=np.int32)
-    token_cell[ids] = j * c + k
+    token_cell = np.full(len(trie.node_of_id), present.size, dtype=np.int16 if present.size < 1 << 15 else np.int32)
+    token_cell[trie.ids[at]] = j * c + k
+    ids = np.flatnonzero(token_cell != present.size).astype(np.int32)
+    k, j = np.divmod(token_cell[ids].astype(np.int32), c)[::-1]
+    end = trie.node_of_id[ids]
+    one_byte = np.flatnonzero(trans[0, :128] == 0)
     return _Run(trans, edges, np.asarray(tree, dtype=np.int64).reshape(-1, 3), ids, k, j, exits, exit_k, exit_j,
                 int(one_byte[0]) if len(one_byte) else -1, j * c + k, exit_j * c + exit_k, trie.byte[exits], present,
                 token_cell, trie.first[end])
