@@ -175,6 +175,26 @@ def test_rows_beside_names_a_key_steers_around_are_the_byte_walk(qwen3_tokenizer
     assert masked, names  # some skipping state's mask came from its block
 
 
+@pytest.mark.parametrize("name", ["qwen3", "mistral"])
+@pytest.mark.parametrize("regex", ['"[a-z0-9_]*"', r'[a-z]{0,6}[\x00-\x09]', '"[A-Za-z+.-]{2,9}"', "[0-9a-f]{8}-[0-9a-f]{4}", '"[ !#-~]*"'])
+def test_ascii_class_rows_are_the_byte_walk(name, regex):
+    """A class of ASCII bytes has its run read from the trie's path bytes, not walked: every
+    state's row (its class block and walked tokens) is the token-by-token byte walk."""
+    vocab = build_vocab(load_tokenizer(name))
+    walk = _byte_walk(vocab)
+    lazy = compile_regex(regex, vocab, timeout=60, lazy=True)
+    blocks = 0
+    for state in range(len(lazy.final)):
+        blocks += lazy.parts(state)[0] is not None
+        ids, targets = lazy.row(state)
+        order = np.argsort(ids)
+        want_ids, want = walk.row(lazy.trans, state)
+        assert np.array_equal(ids[order], want_ids), (regex, state)
+        differ = targets[order] != want
+        assert all(np.array_equal(lazy.trans[a], lazy.trans[b]) for a, b in set(zip(targets[order][differ], want[differ])))
+    assert blocks, regex  # some state's tokens came as a class block
+
+
 def test_budget_below_min_tokens_is_refused_before_generation(qwen3_tokenizer):
     g = engine.compile_json_schema(qwen3_tokenizer, SCHEMAS[0])
     g.matcher(g.min_tokens)

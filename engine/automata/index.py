@@ -52,6 +52,10 @@ class _Trie:
     Nodes are numbered breadth first: ``doff[d]:doff[d+1]`` are the nodes d bytes deep.
     ``node_of_id[i]`` is the node token i ends at (the node count when i has no text).
     ``first[n]`` is the first byte on the path to node n (256 for the root and for "no node").
+    ``above[:, n]`` holds the ASCII bytes on the path to node n's parent as 128 bits (two words),
+    ``above_wide[n]`` whether a non-ASCII byte is among them; ``spelled[:, i]`` and
+    ``spelled_wide[i]`` the same of token i's bytes (wide when it has none): an ASCII class's
+    tokens and exits are read from them (``_ascii_run``) without walking the trie.
     """
 
     coff: np.ndarray
@@ -62,12 +66,16 @@ class _Trie:
     doff: np.ndarray
     node_of_id: np.ndarray
     first: np.ndarray
+    above: np.ndarray
+    above_wide: np.ndarray
+    spelled: np.ndarray
+    spelled_wide: np.ndarray
     key: str  # the vocabulary's fingerprint
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.coff, self.byte, self.ids, self.eoff, self.parent,
-                                      self.doff, self.node_of_id, self.first))
+        return sum(a.nbytes for a in (self.coff, self.byte, self.ids, self.eoff, self.parent, self.doff, self.node_of_id,
+                                      self.first, self.above, self.above_wide, self.spelled, self.spelled_wide))
 
 
 def vocabulary_trie(vocab: Vocab) -> _Trie:
@@ -110,13 +118,33 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
         for d in range(1, len(doff) - 1):  # a level's first bytes from the level above
             lo, hi = doff[d], doff[d + 1]
             first[lo:hi] = byte[lo:hi] if d == 1 else first[parent[lo:hi]]
+        path, wide = _path_bytes(parent, byte, doff)
         got = _Trie(coff=np.concatenate([[1], 1 + np.cumsum(np.bincount(parent[1:], minlength=n))]),
                     byte=byte, ids=end[order, 1].astype(np.int32),
                     eoff=np.concatenate([[0], np.cumsum(np.bincount(end[:, 0], minlength=n))]),
-                    parent=parent, doff=doff, node_of_id=node_of_id, first=first, key=vocab.fingerprint)
+                    parent=parent, doff=doff, node_of_id=node_of_id, first=first,
+                    above=path[:, parent], above_wide=wide[parent], spelled=path[:, node_of_id], spelled_wide=wide[node_of_id],
+                    key=vocab.fingerprint)
         for char_class in COMMON_CLASSES:
             _run_for(got, char_class)
         return TRIES.put(vocab.fingerprint, got)
+
+
+def _path_bytes(parent: np.ndarray, byte: np.ndarray, doff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per node, the ASCII bytes on the path to it as 128 bits ((2, n+1) words) and whether a
+    non-ASCII byte is on it; the extra column (for "no node") is wide."""
+    n = len(parent)
+    path = np.zeros((2, n + 1), dtype=np.uint64)
+    wide = np.zeros(n + 1, dtype=bool)
+    wide[n] = True
+    bit = np.uint64(1) << (byte.astype(np.uint64) & np.uint64(63))
+    for d in range(1, len(doff) - 1):  # a level's bytes from the level above
+        lo, hi = doff[d], doff[d + 1]
+        up, b = parent[lo:hi], byte[lo:hi]
+        path[0, lo:hi] = path[0, up] | np.where(b < 64, bit[lo:hi], np.uint64(0))
+        path[1, lo:hi] = path[1, up] | np.where((b >= 64) & (b < 128), bit[lo:hi], np.uint64(0))
+        wide[lo:hi] = wide[up] | (b >= 128)
+    return path, wide
 
 
 def tokens_extending(vocab: Vocab, prefix: bytes) -> np.ndarray:
@@ -203,6 +231,9 @@ def _run(trie: "_Trie", char_class: str) -> _Run:
                 tree.append((a, b, d))
                 nxt.append(d)
         frontier = nxt
+    tree = np.asarray(tree, dtype=np.int64).reshape(-1, 3)
+    if len(edges) and not edges[:, [0, 2]].any() and edges[:, 1].max() < 128:  # each character one ASCII byte
+        return _ascii_run(trie, trans, edges, tree)
     # the trie walked down from the root, one level at a time, through the nodes still inside the
     # class (a narrow class's few; much of a level, all of it): each level's arrays are its own, as
     # arrays over every trie node faulted in ~1,700 fresh pages (~4 ms) in a new process
@@ -251,9 +282,54 @@ def _run(trie: "_Trie", char_class: str) -> _Run:
     k, j = np.divmod(token_cell[ids].astype(np.int32), c)[::-1]
     end = trie.node_of_id[ids]
     one_byte = np.flatnonzero(trans[0, :128] == 0)
-    return _Run(trans, edges, np.asarray(tree, dtype=np.int64).reshape(-1, 3), ids, k, j, exits, exit_k, exit_j,
+    return _Run(trans, edges, tree, ids, k, j, exits, exit_k, exit_j,
                 int(one_byte[0]) if len(one_byte) else -1, j * c + k, exit_j * c + exit_k, trie.byte[exits], present,
                 token_cell, trie.first[end])
+
+
+ASCII_CHUNK = 16384  # nodes or tokens tested at a time: small scratch arrays, reused, not fresh pages
+
+
+def _ascii_run(trie: _Trie, trans: np.ndarray, edges: np.ndarray, tree: np.ndarray) -> _Run:
+    """``_run`` of a class of ASCII bytes (its automaton loops on state 0, one byte a character):
+    a token is inside when all its bytes are in the class, k is 0 and j its length; an exit is
+    a node outside whose parent is inside. Read from the trie's path bytes, not walked."""
+    c = trans.shape[0] - 1
+    allowed = trans[0, :128] == 0
+    bits = np.zeros(2, dtype=np.uint64)
+    for b in np.flatnonzero(allowed).tolist():
+        bits[b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+    outside = ~bits
+    banned = np.append(~allowed, np.ones(128, dtype=bool))  # by byte: a byte no class character is
+
+    def within(words: np.ndarray, wide: np.ndarray) -> np.ndarray:
+        n = len(wide)
+        found, one, two = [], np.empty(min(ASCII_CHUNK, n), dtype=np.uint64), np.empty(min(ASCII_CHUNK, n), dtype=np.uint64)
+        ok = np.empty(min(ASCII_CHUNK, n), dtype=bool)
+        for lo in range(0, n, ASCII_CHUNK):
+            m = min(ASCII_CHUNK, n - lo)
+            np.bitwise_and(words[0, lo:lo + m], outside[0], out=one[:m])
+            np.bitwise_and(words[1, lo:lo + m], outside[1], out=two[:m])
+            np.bitwise_or(one[:m], two[:m], out=one[:m])
+            np.equal(one[:m], 0, out=ok[:m])
+            ok[:m] &= ~wide[lo:lo + m]
+            found.append(lo + np.flatnonzero(ok[:m]))
+        return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+    ids = within(trie.spelled, trie.spelled_wide).astype(np.int32)
+    # nodes below the root whose parent's path is inside and whose own byte leaves the class
+    under = within(trie.above[:, 1:], trie.above_wide[1:]) + 1
+    exits = under[banned[trie.byte[under]]].astype(np.int32)
+    end = trie.node_of_id[ids]
+    j = (np.searchsorted(trie.doff, end, side="right") - 1).astype(np.int32)
+    exit_j = (np.searchsorted(trie.doff, exits, side="right") - 2).astype(np.int32)
+    k, exit_k = np.zeros(len(ids), dtype=np.int32), np.zeros(len(exits), dtype=np.int32)
+    present = np.zeros((int(max(j.max(initial=0), exit_j.max(initial=0))) + 1, c), dtype=bool)
+    present[j, 0] = True
+    token_cell = np.full(len(trie.node_of_id), present.size, dtype=np.int16 if present.size < 1 << 15 else np.int32)
+    token_cell[ids] = j * c
+    one_byte = np.flatnonzero(allowed)
+    return _Run(trans, edges, tree, ids, k, j, exits, exit_k, exit_j, int(one_byte[0]) if len(one_byte) else -1,
+                j * c, exit_j * c, trie.byte[exits], present, token_cell, trie.first[end])
 
 
 @dataclass(frozen=True)
