@@ -322,7 +322,8 @@ def _warm_process_worker(conn, eng):
 def warm_process_compiles(eng, schemas: list, limit: float) -> list:
     """Seconds to the first mask of each schema, compiled one after another in one long-lived
     forked worker (a server's cold compile: no fresh process's first-use costs), toolgate's caches
-    cleared before each; None where refused or past ``limit`` (the worker is then replaced)."""
+    cleared before each; None where refused, past ``limit`` or where the worker died (the worker is
+    then replaced)."""
     ctx = mp.get_context("fork")
     out, worker = [], None
     for schema in schemas:
@@ -331,13 +332,19 @@ def warm_process_compiles(eng, schemas: list, limit: float) -> list:
             worker = (ctx.Process(target=_warm_process_worker, args=(child, eng), daemon=True), parent)
             worker[0].start()
             child.close()
-        worker[1].send(schema)
-        got = worker[1].recv() if worker[1].poll(limit) else "timeout"
-        if got == "timeout":
+        got = None
+        try:
+            worker[1].send(schema)
+            answered = worker[1].poll(limit)
+            if answered:
+                got = worker[1].recv()
+        except (EOFError, OSError):
+            answered = False
+        if not answered:
             worker[0].kill()
             worker[0].join()
+            worker[1].close()
             worker = None
-            got = None
         out.append(got)
     if worker is not None:
         worker[1].close()
