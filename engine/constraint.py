@@ -39,10 +39,11 @@ class Constraint(Protocol):
         """Complete, and nothing but end-of-sequence may follow."""
 
     def mask(self, state: Any, left: int, width: int) -> mx.array:
-        """An additive (1, width)-broadcastable row: 0 for tokens that can still finish within ``left``."""
+        """The tokens that can still finish within ``left``, for ``automata.apply_mask``: an
+        additive float32 row (0 allowed, -inf banned) or the allowed ids (uint32)."""
 
     def eos_mask(self, width: int) -> mx.array:
-        """The row that allows only end-of-sequence."""
+        """The mask that allows only end-of-sequence."""
 
 
 def walk(constraint: Constraint, token_ids: list[int], max_tokens: int | None = None) -> Any:

@@ -11,8 +11,8 @@ import jsonschema
 import mlx.core as mx
 import numpy as np
 
-from .automata import (LazyAutomaton, MaskTable, allowed_bits_mask, allowed_mask, bits_mask, compile_linked,
-                       compile_regex, counters, eos_mask, new_owner, state_mask)
+from .automata import (LazyAutomaton, MaskTable, allowed_bits_mask, allowed_bools, allowed_mask, bits_mask,
+                       compile_linked, compile_regex, counters, eos_mask, new_owner, state_mask)
 from .automata.builders import DEFAULT_TIMEOUT
 from .automata.compile import MAX_REGEX_CHARS
 from .caches import Cache
@@ -98,7 +98,7 @@ class Grammar:
 
         def build(budget: int) -> tuple[bytes, mx.array]:
             # the state's own mask, less the tokens that would overrun the count: no row listed
-            allowed = np.array(table.mask(s, budget + 1)) == 0
+            allowed = allowed_bools(table.mask(s, budget + 1), width)
             allowed[counters.misfits(self.automaton.trans, self._loops, self._counted, s, count, self.vocab,
                                      allowed)] = False
             if not allowed.any():

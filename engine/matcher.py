@@ -5,6 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
+from .automata import apply_mask
 from .constraint import Constraint
 from .errors import BudgetError, GenerationError
 
@@ -76,8 +77,8 @@ class Matcher:
             self._check_owner(tokens, length)
             self._follow(tokens, length)
         if self.ended:
-            return logits + self.grammar.eos_mask(width)
-        return logits + self.grammar.mask(self.state, self.max_tokens - len(self.consumed), width)
+            return apply_mask(logits, self.grammar.eos_mask(width))
+        return apply_mask(logits, self.grammar.mask(self.state, self.max_tokens - len(self.consumed), width))
 
     def _check_owner(self, tokens: np.ndarray, length: int) -> None:
         """Refuse a processor reused for a new request or shared between sequences: its state

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import engine
 from conftest import DATA, load_tokenizer, scale
 from instances import canonical_text
-from engine.automata import MaskTable, compile_regex
+from engine.automata import MaskTable, allowed_bools, compile_regex
 from engine.json_schema import schema_to_regex
 from engine.json_schema.translate import key_except
 from engine.vocabulary import build_vocab
@@ -59,7 +59,7 @@ def lockstep(eager, lazy, max_pairs, slack):
             assert np.isin(allowed, eager.successors_within(es, budget)).all(), (es, ls, budget)
             assert len(allowed) or lazy.final[ls] or b > budget + 1, (es, ls, budget)
             want = np.unique(np.concatenate([allowed, table.eos if lazy.final[ls] else []]).astype(np.int64))
-            got = np.flatnonzero(np.array(table.mask(ls, budget + 1)) == 0)
+            got = np.flatnonzero(allowed_bools(table.mask(ls, budget + 1), table.width))
             assert np.array_equal(got, want if len(want) else table.eos[:1]), (es, ls, budget)
         for pair in set(zip(eager.targets[lo:hi].tolist(), targets[order].tolist())):
             if pair not in pairs:
@@ -238,7 +238,7 @@ def _agrees(tok, grammar, schema, value, masks=False):
     for t in ids:
         nxt = grammar.step(state, t, BIG)
         if masks:
-            allowed = np.array(grammar.mask(state, BIG, grammar.vocab.size))[t] == 0
+            allowed = allowed_bools(grammar.mask(state, BIG, grammar.vocab.size), grammar.vocab.size)[t]
             assert allowed == (nxt is not None), (text[:200], t, allowed)
         state = nxt
         if state is None:
@@ -308,7 +308,7 @@ def test_counted_loop_masks_allow_exactly_the_tokens_that_step(qwen3_tokenizer, 
     g = engine.compile_json_schema(qwen3_tokenizer, schema)
     state = g.walk(qwen3_tokenizer.encode('{"s":"', add_special_tokens=False) + qwen3_tokenizer.encode("a") * chars)
     assert state is not None
-    allowed = np.flatnonzero(np.array(g.mask(state, BIG, g.vocab.size)) == 0)
+    allowed = np.flatnonzero(allowed_bools(g.mask(state, BIG, g.vocab.size), g.vocab.size))
     row = np.unique(g.automaton.row(state[0] if isinstance(state, tuple) else state)[0])
     assert len(allowed) > 0
     allowed = set(allowed.tolist())
@@ -316,20 +316,33 @@ def test_counted_loop_masks_allow_exactly_the_tokens_that_step(qwen3_tokenizer, 
         assert (g.step(state, t, BIG) is not None) == (t in allowed), t
 
 
-def test_mask_rows_are_zero_where_allowed_and_minus_infinity_elsewhere():
-    """A shared mask row, built from bools or from ids, is float32 +0.0 exactly where allowed and
-    -inf elsewhere, at odd widths too; the same set gives the same digest and row either way."""
-    from engine.automata.masks import bits_mask, shared_mask
+def test_masks_keep_allowed_logits_and_ban_the_rest_dense_or_sparse():
+    """A shared mask, built from bools or from ids, is a float32 row (+0.0 where allowed, -inf
+    elsewhere) when many tokens are allowed and the sorted allowed ids when under a 32nd are, at odd
+    widths too; the same set gives the same digest and mask either way, and applied to logits (one
+    row or a batch, float32 or bfloat16) it keeps exactly the allowed values and sets the rest to -inf."""
+    import mlx.core as mx
+
+    from engine.automata.masks import apply_mask, bits_mask, shared_mask
 
     rng = np.random.default_rng(0)
     for width in (1, 33, 1000, 151936):
-        for share in (0.0, 0.01, 0.5, 1.0):
+        for share in (0.0, 0.001, 0.01, 0.5, 1.0):
             allowed = rng.random(width) < share
-            digest, row = bits_mask(allowed.copy())
-            got = np.array(row)
-            assert got.dtype == np.float32 and got.shape == (width,)
-            assert (got[allowed] == 0).all() and not np.signbit(got[allowed]).any()
-            assert np.isneginf(got[~allowed]).all()
+            digest, mask = bits_mask(allowed.copy())
+            got = np.array(mask)
+            if np.count_nonzero(allowed) * 32 < width:
+                assert got.dtype == np.uint32 and np.array_equal(got, np.flatnonzero(allowed))
+            else:
+                assert got.dtype == np.float32 and got.shape == (width,)
+                assert (got[allowed] == 0).all() and not np.signbit(got[allowed]).any()
+                assert np.isneginf(got[~allowed]).all()
+            assert np.array_equal(allowed_bools(mask, width), allowed)
             if allowed.any():
-                again, row2 = shared_mask(np.flatnonzero(allowed), width)
-                assert again == digest and np.array_equal(np.array(row2), got)
+                again, mask2 = shared_mask(np.flatnonzero(allowed), width)
+                assert again == digest and np.array_equal(np.array(mask2), got)
+            for shape, dtype in (((1, width), mx.float32), ((3, width), mx.float32), ((width,), mx.bfloat16)):
+                logits = mx.random.normal(shape).astype(dtype)
+                out = np.array(apply_mask(logits, mask).astype(mx.float32))
+                want = np.where(allowed, np.array(logits.astype(mx.float32)), -np.inf)
+                assert out.shape == shape and np.array_equal(out, np.broadcast_to(want, shape))

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import engine
 from conftest import DATA, scale
 from instances import canonical_text
+from engine.automata import allowed_bools
 from engine.errors import BudgetError, CompileError, SchemaError
 from engine.grammar import LinkedGrammar
 from engine.json_schema import schema_to_regex
@@ -40,7 +41,7 @@ MUTUAL = {"definitions": {
 
 
 def _mask(g, state, left):
-    return np.flatnonzero(np.array(g.mask(state, left, g.vocab.size)).reshape(-1) == 0)
+    return np.flatnonzero(allowed_bools(g.mask(state, left, g.vocab.size), g.vocab.size))
 
 
 def _verdict(tok, g, schema, value, masks=True):
@@ -52,7 +53,7 @@ def _verdict(tok, g, schema, value, masks=True):
     for t in ids:
         nxt = g.step(state, t, BIG)
         if masks:
-            allowed = np.array(g.mask(state, BIG, g.vocab.size)).reshape(-1)[t] == 0
+            allowed = allowed_bools(g.mask(state, BIG, g.vocab.size), g.vocab.size)[t]
             assert allowed == (nxt is not None), (text[:200], t, allowed)
         state = nxt
         if state is None:
