@@ -317,22 +317,25 @@ def test_counted_loop_masks_allow_exactly_the_tokens_that_step(qwen3_tokenizer, 
 
 
 def test_masks_keep_allowed_logits_and_ban_the_rest_dense_or_sparse():
-    """A shared mask, built from bools or from ids, is a float32 row (+0.0 where allowed, -inf
-    elsewhere) when many tokens are allowed and the sorted allowed ids when under a 32nd are, at odd
-    widths too; the same set gives the same digest and mask either way, and applied to logits (one
-    row or a batch, float32 or bfloat16) it keeps exactly the allowed values and sets the rest to -inf."""
+    """A shared mask, built from bools or from ids, is the sorted allowed ids when under a 32nd of
+    the row are allowed, the sorted banned ids when under a 16th are banned, else a float32 row (+0.0
+    where allowed, -inf elsewhere), at odd widths too; the same set gives the same digest and mask
+    either way, and applied to logits (one row or a batch, float32 or bfloat16) it keeps exactly the
+    allowed values and sets the rest to -inf."""
     import mlx.core as mx
 
     from engine.automata.masks import apply_mask, bits_mask, shared_mask
 
     rng = np.random.default_rng(0)
     for width in (1, 33, 1000, 151936):
-        for share in (0.0, 0.001, 0.01, 0.5, 1.0):
+        for share in (0.0, 0.001, 0.01, 0.5, 0.97, 0.999, 1.0):
             allowed = rng.random(width) < share
             digest, mask = bits_mask(allowed.copy())
             got = np.array(mask)
             if np.count_nonzero(allowed) * 32 < width:
                 assert got.dtype == np.uint32 and np.array_equal(got, np.flatnonzero(allowed))
+            elif np.count_nonzero(~allowed) * 16 < width:
+                assert got.dtype == np.int32 and np.array_equal(got, np.flatnonzero(~allowed))
             else:
                 assert got.dtype == np.float32 and got.shape == (width,)
                 assert (got[allowed] == 0).all() and not np.signbit(got[allowed]).any()

@@ -1,6 +1,8 @@
-"""Masks, built once per content and shared by every grammar: where many tokens are allowed, an
-additive float32 row (0 allowed, -inf banned); where few are (under a 32nd of the row), the
-allowed ids (uint32), which ``apply_mask`` writes into a row of -inf.
+"""Masks, built once per content and shared by every grammar, in one of three forms (``apply_mask``
+applies each, ``allowed_bools`` reads each): where few tokens are allowed (under a 32nd of the row),
+the allowed ids (uint32), written into a row of -inf; where few are banned (under a 16th: a string's
+characters), the banned ids (int32), set to -inf in the logits; else an additive float32 row (0
+allowed, -inf banned).
 
 A dense row is 148 fresh memory pages (~0.4 ms of page faults here) the first time a state is
 masked; an id list is a few, and applying it costs what the add does (~0.1 ms a step). Not float16:
@@ -54,9 +56,13 @@ def apply_mask(logits: mx.array, mask: mx.array) -> mx.array:
     """``logits`` with every token ``mask`` bans at -inf: the allowed ones keep their values."""
     if mask.dtype == mx.float32:
         return logits + mask
+    if mask.dtype == mx.int32 and mask.size == 0:
+        return logits  # nothing banned
     ids = mask.reshape((1,) * (logits.ndim - 1) + (-1,))
     if logits.ndim > 1 and logits.shape[0] > 1:
         ids = mx.broadcast_to(ids, (*logits.shape[:-1], mask.size))
+    if mask.dtype == mx.int32:
+        return mx.put_along_axis(logits, ids, mx.array(-np.inf, dtype=logits.dtype), -1)
     banned = MASKS.get_or_build(("banned", logits.shape, logits.dtype), lambda: _evaluated(
         mx.full(logits.shape, -np.inf, dtype=logits.dtype)))  # filled once, not every step
     return mx.put_along_axis(banned, ids, mx.take_along_axis(logits, ids, -1), -1)
@@ -71,8 +77,9 @@ def allowed_bools(mask: mx.array, width: int) -> np.ndarray:
     """The tokens ``mask`` allows, one bool per logit."""
     if mask.dtype == mx.float32:
         return np.array(mask).reshape(-1) == 0
-    allowed = np.zeros(width, dtype=bool)
-    allowed[np.array(mask)] = True
+    banned = mask.dtype == mx.int32
+    allowed = np.full(width, banned)
+    allowed[np.array(mask)] = not banned
     return allowed
 
 
@@ -101,6 +108,8 @@ def bits_mask(allowed: np.ndarray) -> tuple[bytes, mx.array]:
         return shared_mask(np.flatnonzero(allowed), width)
     content = b"b" + np.packbits(allowed).tobytes()
     digest = hashlib.blake2b(content + width.to_bytes(4, "little"), digest_size=16).digest()
+    if (width - np.count_nonzero(allowed)) * 16 < width:
+        return digest, MASKS.get_or_build(digest, lambda: mx.array(np.flatnonzero(~allowed).astype(np.int32)))
     return digest, MASKS.get_or_build(digest, lambda: mx.array(_additive(allowed)))
 
 
