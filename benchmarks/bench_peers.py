@@ -702,7 +702,8 @@ def report(args, records, names, rates, tool_rows, elapsed):
               f"Up to {args.walks} valid instances per compiled schema, each walked twice in a fresh matcher: "
               "'first walk' includes the first visit of each state; 'again' is the same walk once those states have "
               "been seen (toolgate keeps each state's mask; the peers compute every mask anew). Masks in each "
-              "engine's own form: toolgate an MLX additive mask, llguidance and xgrammar a packed bitmask, "
+              "engine's own form: toolgate an MLX array (the allowed ids where few are allowed, the banned ids where "
+              "few are banned, else an additive row), llguidance and xgrammar a packed bitmask, "
               "outlines-core the allowed-token list written into an MLX additive mask.", "",
               "| engine | walk | steps | p50 | p99 | p99.9 | max |", "|---|---|---|---|---|---|---|"]
     for name in names:

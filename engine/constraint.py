@@ -39,8 +39,8 @@ class Constraint(Protocol):
         """Complete, and nothing but end-of-sequence may follow."""
 
     def mask(self, state: Any, left: int, width: int) -> mx.array:
-        """The tokens that can still finish within ``left``, for ``automata.apply_mask``: an
-        additive float32 row (0 allowed, -inf banned) or the allowed ids (uint32)."""
+        """The tokens that can still finish within ``left``, for ``automata.apply_mask``: the
+        allowed ids (uint32), the banned ids (int32) or an additive float32 row (0 allowed, -inf banned)."""
 
     def eos_mask(self, width: int) -> mx.array:
         """The mask that allows only end-of-sequence."""

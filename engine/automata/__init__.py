@@ -6,7 +6,7 @@
 - ``lazy``: the automaton kept as its byte DFA, each state's tokens found on its first visit.
 - ``builders``: builds run in forked processes bounded in time and memory.
 - ``store``: the disk cache; ``compile``: memory cache, then disk, then a build.
-- ``masks``: additive logits masks per (state, budget), shared by content.
+- ``masks``: logits masks per (state, budget), shared by content: allowed ids, banned ids or an additive row.
 - ``counters``: long strings counted beside the DFA state.
 - ``linked``: reference graphs as one DFA per definition, a call stack in the state.
 """
@@ -16,8 +16,7 @@ from .lazy import LazyAutomaton
 from .linked import LinkedAutomaton, match_state
 from .compile import AUTOMATA, automaton_key, check_regex_size, compile_linked, compile_regex
 from .masks import (MASKS, STATE_MASKS, MaskTable, allowed_bits_mask, allowed_bools, allowed_mask, apply_mask, bits_mask,
-                    eos_mask,
-                    new_owner, shared_mask, state_mask)
+                    eos_mask, new_owner, shared_mask, state_mask)
 from . import counters
 
 __all__ = ["AUTOMATA", "MASKS", "STATE_MASKS", "UNREACHABLE", "Automaton", "LazyAutomaton", "LinkedAutomaton", "MaskTable", "TokenAutomaton", "allowed_bits_mask", "allowed_bools", "allowed_mask", "apply_mask", "automaton_key", "bits_mask",

@@ -63,9 +63,9 @@ def apply_mask(logits: mx.array, mask: mx.array) -> mx.array:
         ids = mx.broadcast_to(ids, (*logits.shape[:-1], mask.size))
     if mask.dtype == mx.int32:
         return mx.put_along_axis(logits, ids, mx.array(-np.inf, dtype=logits.dtype), -1)
-    banned = MASKS.get_or_build(("banned", logits.shape, logits.dtype), lambda: _evaluated(
+    none = MASKS.get_or_build(("-inf row", logits.shape, logits.dtype), lambda: _evaluated(
         mx.full(logits.shape, -np.inf, dtype=logits.dtype)))  # filled once, not every step
-    return mx.put_along_axis(banned, ids, mx.take_along_axis(logits, ids, -1), -1)
+    return mx.put_along_axis(none, ids, mx.take_along_axis(logits, ids, -1), -1)
 
 
 def _evaluated(a: mx.array) -> mx.array:
