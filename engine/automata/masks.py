@@ -83,9 +83,6 @@ def allowed_bools(mask: mx.array, width: int) -> np.ndarray:
     return allowed
 
 
-def id_mask(ids: np.ndarray) -> mx.array:
-    """The sparse mask allowing ``ids``: the sorted ids, each once."""
-    return mx.array(sorted_unique(ids).astype(np.uint32))
 
 
 def shared_mask(ids: np.ndarray, width: int) -> tuple[bytes, mx.array]:
@@ -93,9 +90,9 @@ def shared_mask(ids: np.ndarray, width: int) -> tuple[bytes, mx.array]:
     The digest is of the set: its sorted ids when few (the mask is then those ids), else its bits
     (an eighth of a wide row's ids)."""
     if len(ids) * 32 < width:
-        content = b"i" + sorted_unique(ids).astype(np.int32).tobytes()
-        digest = hashlib.blake2b(content + width.to_bytes(4, "little"), digest_size=16).digest()
-        return digest, MASKS.get_or_build(digest, lambda: id_mask(ids))
+        unique = sorted_unique(ids).astype(np.int32)
+        digest = hashlib.blake2b(b"i" + unique.tobytes() + width.to_bytes(4, "little"), digest_size=16).digest()
+        return digest, MASKS.get_or_build(digest, lambda: mx.array(unique.astype(np.uint32)))
     allowed = np.zeros(width, dtype=bool)
     allowed[ids] = True
     return bits_mask(allowed)
@@ -141,8 +138,8 @@ def allowed_bits_mask(bits: np.ndarray, final: bool, vocab: Vocab) -> tuple[byte
 
 def eos_mask(vocab: Vocab, width: int) -> mx.array:
     """The mask that allows only the vocabulary's first end-of-sequence token below ``width``."""
-    return MASKS.get_or_build((vocab.fingerprint, "eos", width), lambda: id_mask(
-        np.asarray([i for i in vocab.eos_ids if i < width][:1], dtype=np.int64)))
+    return MASKS.get_or_build((vocab.fingerprint, "eos", width), lambda: mx.array(
+        np.asarray([i for i in vocab.eos_ids if i < width][:1], dtype=np.uint32)))
 
 
 class MaskTable:
