@@ -276,8 +276,7 @@ def _run(trie: "_Trie", char_class: str) -> _Run:
     k, j = in_k[owner].astype(np.int32), in_j[owner].astype(np.int32)
     present = np.zeros((int(max(j.max(initial=0), exit_j.max(initial=0))) + 1, c), dtype=bool)
     present[j, k] = True
-    token_cell = np.full(len(trie.node_of_id), present.size, dtype=np.int16 if present.size < 1 << 15 else np.int32)
-    token_cell[trie.ids[at]] = j * c + k
+    token_cell = _token_cells(trie, present.size, trie.ids[at], j * c + k)
     ids = np.flatnonzero(token_cell != present.size).astype(np.int32)
     k, j = np.divmod(token_cell[ids].astype(np.int32), c)[::-1]
     end = trie.node_of_id[ids]
@@ -285,6 +284,14 @@ def _run(trie: "_Trie", char_class: str) -> _Run:
     return _Run(trans, edges, tree, ids, k, j, exits, exit_k, exit_j,
                 int(one_byte[0]) if len(one_byte) else -1, j * c + k, exit_j * c + exit_k, trie.byte[exits], present,
                 token_cell, trie.first[end])
+
+
+def _token_cells(trie: _Trie, size: int, ids: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """Each token id's cell in a run's (rows, class states) table: ``cells`` for ``ids``, ``size``
+    (no cell) for every other token; int16 where the table allows."""
+    out = np.full(len(trie.node_of_id), size, dtype=np.int16 if size < 1 << 15 else np.int32)
+    out[ids] = cells
+    return out
 
 
 ASCII_CHUNK = 16384  # nodes or tokens tested at a time: small scratch arrays, reused, not fresh pages
@@ -325,8 +332,7 @@ def _ascii_run(trie: _Trie, trans: np.ndarray, edges: np.ndarray, tree: np.ndarr
     k, exit_k = np.zeros(len(ids), dtype=np.int32), np.zeros(len(exits), dtype=np.int32)
     present = np.zeros((int(max(j.max(initial=0), exit_j.max(initial=0))) + 1, c), dtype=bool)
     present[j, 0] = True
-    token_cell = np.full(len(trie.node_of_id), present.size, dtype=np.int16 if present.size < 1 << 15 else np.int32)
-    token_cell[ids] = j * c
+    token_cell = _token_cells(trie, present.size, ids, j * c)
     one_byte = np.flatnonzero(allowed)
     return _Run(trans, edges, tree, ids, k, j, exits, exit_k, exit_j, int(one_byte[0]) if len(one_byte) else -1,
                 j * c, exit_j * c, trie.byte[exits], present, token_cell, trie.first[end])

@@ -100,12 +100,12 @@ def shared_mask(ids: np.ndarray, width: int) -> tuple[bytes, mx.array]:
 
 def bits_mask(allowed: np.ndarray) -> tuple[bytes, mx.array]:
     """``shared_mask`` of the tokens given as bools, one per logit (the same digest for the same set)."""
-    width = len(allowed)
-    if np.count_nonzero(allowed) * 32 < width:
+    width, count = len(allowed), int(np.count_nonzero(allowed))
+    if count * 32 < width:
         return shared_mask(np.flatnonzero(allowed), width)
     content = b"b" + np.packbits(allowed).tobytes()
     digest = hashlib.blake2b(content + width.to_bytes(4, "little"), digest_size=16).digest()
-    if (width - np.count_nonzero(allowed)) * 16 < width:
+    if (width - count) * 16 < width:
         return digest, MASKS.get_or_build(digest, lambda: mx.array(np.flatnonzero(~allowed).astype(np.int32)))
     return digest, MASKS.get_or_build(digest, lambda: mx.array(_additive(allowed)))
 
