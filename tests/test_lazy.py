@@ -349,3 +349,32 @@ def test_masks_keep_allowed_logits_and_ban_the_rest_dense_or_sparse():
                 out = np.array(apply_mask(logits, mask).astype(mx.float32))
                 want = np.where(allowed, np.array(logits.astype(mx.float32)), -np.inf)
                 assert out.shape == shape and np.array_equal(out, np.broadcast_to(want, shape))
+
+
+@pytest.mark.parametrize("pad", [0, 267])
+def test_masks_of_string_and_free_text_states_are_their_banned_ids(qwen3_tokenizer, pad):
+    """A state whose class block allows all but a few tokens (a JSON string's characters, free
+    text) is masked by its banned ids, found without a pass over the row: they are exactly the
+    tokens its row does not list, end-of-sequence allowed where it accepts, and every id past the
+    vocabulary banned (a model's logits are often wider), in a lazy and in a linked grammar."""
+    from engine.symbols import SPECIAL_CLASS
+
+    vocab = build_vocab(qwen3_tokenizer)
+    width = vocab.size + pad
+    lazy = compile_regex(f"[^{SPECIAL_CLASS}]*", vocab, timeout=None, lazy=True)  # free text: final everywhere
+    table = MaskTable(lazy, vocab, width)
+    got = table.mask(0, BIG)
+    want = np.zeros(width, dtype=bool)
+    want[lazy.row(0)[0]] = True
+    want[table.eos] = True
+    assert np.array(got).dtype == np.int32 and np.array_equal(allowed_bools(got, width), want)
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+    for link in (False, True):
+        g = engine.compile_json_schema(qwen3_tokenizer, schema, link=link)
+        state = g.walk(qwen3_tokenizer.encode('{"a":"x', add_special_tokens=False))
+        mask = g.mask(state, BIG, width)
+        allowed = allowed_bools(mask, width)
+        assert np.array(mask).dtype == np.int32 and not allowed[vocab.size:].any()
+        for t in range(vocab.size):
+            if allowed[t] != (g.step(state, t, BIG) is not None):
+                raise AssertionError((link, t, bool(allowed[t])))

@@ -88,6 +88,24 @@ class TokenAutomaton:
         as a list of ids (see LazyAutomaton); None here."""
         return None
 
+    def banned(self, state: int, budget: int, width: int) -> np.ndarray | None:
+        """The tokens below ``width`` the state bans (sorted int32), where an automaton knows them
+        without a pass over the row and they are few (see LazyAutomaton); None here."""
+        return None
+
+
+def less(ids: np.ndarray, drop: np.ndarray) -> np.ndarray:
+    """The sorted ``ids`` less every value in ``drop`` (unsorted, repeats allowed)."""
+    if not len(drop) or not len(ids):
+        return ids
+    at = np.searchsorted(ids, drop)
+    found = at < len(ids)
+    at = at[found]
+    at = at[ids[at] == drop[found]]
+    keep = np.ones(len(ids), dtype=bool)
+    keep[at] = False
+    return ids[keep]
+
 
 @dataclass(eq=False)
 class Automaton(TokenAutomaton):

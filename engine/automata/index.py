@@ -30,7 +30,9 @@ MIN_RUN_BYTES = 16  # a state looping on fewer ASCII bytes is walked token by to
 # by vocabulary fingerprint; a family's tool vocabularies (other end tokens) have tries of their own
 TRIES = Cache("vocabulary tries", 512 << 20, lambda t: t.nbytes, per_vocabulary=True)
 RUNS = Cache("character-class runs", 256, per_vocabulary=True)  # by (vocabulary fingerprint, character class)
-ROW_CLASSES = Cache("row classes", 1 << 14)  # by the shape of one state's row: the classes to try
+# by the shape of one state's row: the classes to try (kept with the vocabulary's tables: a shape's
+# classes hold for every request, and the vocabulary's trie classifies the commonest one)
+ROW_CLASSES = Cache("row classes", 1 << 14, per_vocabulary=True)
 # by (id(trans), id(run), state, twins): a chain's maps as its previous state left them (_chain_maps)
 CHAINS = Cache("chain maps", 1 << 12)
 # a chain state whose class is a JSON string's but for up to this many more ASCII bytes (a key
@@ -126,8 +128,18 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
                     above=path[:, parent], above_wide=wide[parent], spelled=path[:, node_of_id], spelled_wide=wide[node_of_id],
                     key=vocab.fingerprint)
         for char_class in COMMON_CLASSES:
-            _run_for(got, char_class)
+            _ = _run_for(got, char_class).outside  # built now: a string state's mask is these less a few
+        _classify_common_rows()
         return TRIES.put(vocab.fingerprint, got)
+
+
+def _classify_common_rows() -> None:
+    """Classify the row of a JSON string's characters (loop on them, a quote and a backslash each
+    leading on) once, with the vocabulary: a row's classes follow from its shape alone, and a
+    string's state is in nearly every grammar, so its first mask need not classify it again."""
+    trans, _ = byte_dfa(f'"(?:{COMMON_CLASSES[0]}|\\\\.)*"')
+    inside = int(trans[0, 0x22])
+    _classes_of(_run_classes, trans, np.array([inside], dtype=np.int32))
 
 
 def _path_bytes(parent: np.ndarray, byte: np.ndarray, doff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -209,6 +221,11 @@ class _Run:
     def cell_counts(self) -> np.ndarray:
         """How many of the run's tokens end in each cell (flat)."""
         return np.bincount(self.cell, minlength=self.present.size)
+
+    @cached_property
+    def outside(self) -> np.ndarray:
+        """The token ids of the vocabulary that are not of the class, sorted (int32)."""
+        return np.flatnonzero(self.token_cell == self.present.size).astype(np.int32)
 
 
 def _run(trie: "_Trie", char_class: str) -> _Run:
@@ -391,6 +408,20 @@ class Block:
             found = CLASS_BITS.put(key, (self.run, self._less_dropped(self._bits(width))))
         return found[1].copy()
 
+    def banned(self, width: int) -> np.ndarray | None:
+        """The token ids below ``width`` a full block leaves out (sorted int32), when they are under
+        a 16th of the row (a string's characters: its mask is those less the state's other
+        tokens, with no pass over the row); else None."""
+        if not self.full or len(self.run.dropped):
+            return None
+        out = self.run.outside
+        known = len(self.run.token_cell)  # ids past the vocabulary's are of no class
+        if len(out) + max(0, width - known) >= width / 16:
+            return None
+        if known < width:
+            return np.concatenate([out, np.arange(known, width, dtype=np.int32)])
+        return out[:np.searchsorted(out, width)]
+
     def _bits(self, width: int) -> np.ndarray:
         cell = self.run.token_cell[:width]
         out = np.append(self.live.reshape(-1), False)[cell]
@@ -483,6 +514,7 @@ def _chain_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarr
     states, rows = states[wide], rows[wide]
     # dead steps and loops never count: give each a value of its own
     rows = np.where((rows == n) | (rows == states[:, None]), -1 - np.arange(128), rows)
+    rows = _first_bytes(rows)
     ordered = np.sort(rows, axis=1)
     # each position's run length so far: its index less the index where its run of equal values began
     same = np.zeros(ordered.shape, dtype=bool)
@@ -493,6 +525,21 @@ def _chain_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarr
     states, rows, ordered, length = states[many], rows[many], ordered[many], length[many]
     main = ordered[np.arange(len(states)), length.argmax(axis=1)]
     return _classes_by_bytes(trans, states, rows == main[:, None], True)
+
+
+def _first_bytes(rows: np.ndarray) -> np.ndarray:
+    """Each byte's value in ``rows`` named by the first byte of its row with that value: which
+    bytes share a next state, whatever the DFA numbers its states (so ties between equally long
+    runs break by byte, and a row's classes follow from its shape alone; see _classes_of)."""
+    order = np.argsort(rows, axis=1, kind="stable")
+    ordered = np.take_along_axis(rows, order, axis=1)
+    starts = np.ones(ordered.shape, dtype=bool)
+    starts[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    at = np.broadcast_to(np.arange(rows.shape[1]), ordered.shape)
+    first = np.take_along_axis(order, np.maximum.accumulate(np.where(starts, at, 0), axis=1), axis=1)
+    out = np.empty_like(rows)
+    np.put_along_axis(out, order, first, axis=1)
+    return out
 
 
 def _alike(trans: np.ndarray, got: np.ndarray, want: np.ndarray, twins: bool) -> np.ndarray:
@@ -510,17 +557,20 @@ def _alike(trans: np.ndarray, got: np.ndarray, want: np.ndarray, twins: bool) ->
 
 def _classes_of(find, trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray, list[str]]]:
     """``find(trans, states)`` (_run_classes or _chain_classes), remembered for a single state by
-    its row's shape: which bytes loop, die, or lead to equal states, and the order of those states
-    (all the finders read), so the many states of a bounded string classify once."""
+    its row's shape: which bytes loop, die, or lead to equal states (all the finders read), so the
+    many states of a bounded string classify once, and a JSON string's state once per process,
+    not once per schema."""
     if len(states) != 1:
         return find(trans, states)
     s, n = int(states[0]), trans.shape[0] - 1
     row = trans[s]
     if np.count_nonzero(row[:128] != n) < MIN_RUN_BYTES:  # a structural state: neither finder finds one
         return []
-    rank = np.searchsorted(sorted_unique(row), row)  # each byte's next state by its order
-    key = (find.__name__, np.packbits(row == s).tobytes(), np.packbits(row == n).tobytes(),
-           rank.astype(np.uint8).tobytes())
+    # each ASCII byte named by the first byte leading where it leads (as _first_bytes does, in
+    # Python: a few numpy calls cost more than 128 steps here, on the path of a first mask)
+    first: dict[int, int] = {}
+    names = bytes(first.setdefault(t, b) for b, t in enumerate(row[:128].tolist()))
+    key = (find.__name__, names, first.get(s, -1), first.get(n, -1), np.packbits(row[128:] == n).tobytes())
     found = ROW_CLASSES.get(key)
     if found is None:
         found = ROW_CLASSES.put(key, [classes for _, classes in find(trans, states)])

@@ -21,7 +21,7 @@ import numpy as np
 from ..caches import Cache
 from ..errors import CompileError
 from ..vocabulary import Vocab
-from .automaton import UNREACHABLE, TokenAutomaton, bfs
+from .automaton import UNREACHABLE, TokenAutomaton, bfs, less
 from .byte_dfa import byte_dfa
 from .index import NO_EDGE_LIMIT, Block, token_edges, token_row, vocabulary_trie
 
@@ -166,6 +166,16 @@ class LazyAutomaton(TokenAutomaton):
         bits = block.bits(width)
         bits[tok[tok < width]] = True
         return bits
+
+    def banned(self, state: int, budget: int, width: int) -> np.ndarray | None:
+        """The tokens below ``width`` the state bans, when ``budget`` allows all its tokens and its
+        class block is full and leaves few out: the block's outside less the walked tokens."""
+        cap, finite = self._cap(state)
+        block, tok, _ = self.parts(state)
+        if block is None or not finite or budget < cap:
+            return None
+        out = block.banned(width)
+        return None if out is None else less(out, tok)
 
     def target_cap(self, state: int) -> int:
         return self._cap(state)[0]

@@ -38,7 +38,7 @@ from ..errors import CompileError
 from ..symbols import counter_symbol, link_symbol
 from ..vocabulary import Vocab
 from . import counters
-from .automaton import UNREACHABLE, bfs, sorted_unique
+from .automaton import UNREACHABLE, bfs, less, sorted_unique
 from .byte_dfa import byte_dfa
 from .index import NO_EDGE_LIMIT, Block, descend, token_edges, token_row_hits, vocabulary_trie
 from .lazy import shortest_path_table, single_steps
@@ -445,6 +445,23 @@ class LinkedAutomaton:
                 bits |= block.bits(width)
             bits[toks[toks < width]] = True
         return bits
+
+    def banned(self, state: tuple, budget: int, width: int) -> np.ndarray | None:
+        """The tokens below ``width`` no configuration allows (sorted int32), when ``budget`` allows
+        every token and each class block is full and leaves few out (what all blocks leave out,
+        less every other token); else None."""
+        edges = [self.edges(c) for c in state]
+        if any(budget < e[3] for e in edges):
+            return None
+        outs = [e[0].banned(width) for e in edges if e[0] is not None]
+        if not outs or any(o is None for o in outs):
+            return None
+        out = outs[0]
+        for o in outs[1:]:
+            out = np.intersect1d(out, o, assume_unique=True)
+        for _, toks, _, _ in edges:
+            out = less(out, toks)
+        return out
 
     def cap(self, state: tuple) -> int:
         """The largest budget that can still change this state's mask."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..caches import Cache
 from ..vocabulary import Vocab
-from .automaton import TokenAutomaton, sorted_unique
+from .automaton import TokenAutomaton, less, sorted_unique
 
 MASKS = Cache("masks", 512 << 20, lambda m: m.nbytes)  # by content digest, bounded by bytes
 # (owner, state, capped budget, width) -> mask digest, and ("cap", owner, state) -> the state's cap
@@ -83,8 +83,6 @@ def allowed_bools(mask: mx.array, width: int) -> np.ndarray:
     return allowed
 
 
-
-
 def shared_mask(ids: np.ndarray, width: int) -> tuple[bytes, mx.array]:
     """The mask allowing ``ids`` (repeats allowed), built once per content: (its digest, the mask).
     The digest is of the set: its sorted ids when few (the mask is then those ids), else its bits
@@ -103,11 +101,18 @@ def bits_mask(allowed: np.ndarray) -> tuple[bytes, mx.array]:
     width, count = len(allowed), int(np.count_nonzero(allowed))
     if count * 32 < width:
         return shared_mask(np.flatnonzero(allowed), width)
+    if (width - count) * 16 < width:
+        return banned_mask(np.flatnonzero(~allowed).astype(np.int32), width)
     content = b"b" + np.packbits(allowed).tobytes()
     digest = hashlib.blake2b(content + width.to_bytes(4, "little"), digest_size=16).digest()
-    if (width - count) * 16 < width:
-        return digest, MASKS.get_or_build(digest, lambda: mx.array(np.flatnonzero(~allowed).astype(np.int32)))
     return digest, MASKS.get_or_build(digest, lambda: mx.array(_additive(allowed)))
+
+
+def banned_mask(banned: np.ndarray, width: int) -> tuple[bytes, mx.array]:
+    """The mask banning ``banned`` (sorted distinct int32 ids, under a 16th of the row) and
+    allowing the rest, built once per content: (its digest, the mask)."""
+    digest = hashlib.blake2b(b"x" + banned.tobytes() + width.to_bytes(4, "little"), digest_size=16).digest()
+    return digest, MASKS.get_or_build(digest, lambda: mx.array(banned))
 
 
 def _additive(allowed: np.ndarray) -> np.ndarray:
@@ -134,6 +139,13 @@ def allowed_bits_mask(bits: np.ndarray, final: bool, vocab: Vocab) -> tuple[byte
     if final:
         bits[[i for i in vocab.eos_ids if i < len(bits)]] = True
     return bits_mask(bits)
+
+
+def banned_final_mask(banned: np.ndarray, final: bool, vocab: Vocab, width: int) -> tuple[bytes, mx.array]:
+    """``banned_mask``, end-of-sequence allowed too when ``final``: (digest, mask)."""
+    if final:
+        banned = less(banned, np.asarray(vocab.eos_ids, dtype=np.int64))
+    return banned_mask(banned, width)
 
 
 def eos_mask(vocab: Vocab, width: int) -> mx.array:
@@ -173,8 +185,11 @@ class MaskTable:
         m = MASKS.get(digest) if digest is not None else None
         if m is not None:
             return m
-        bits = self.a.allowed_bits(state, left - 1, self.width) if left > 0 else None
-        if bits is not None:
+        banned = self.a.banned(state, left - 1, self.width) if left > 0 else None
+        bits = self.a.allowed_bits(state, left - 1, self.width) if left > 0 and banned is None else None
+        if banned is not None:
+            digest, m = banned_final_mask(banned, bool(self.a.final[state]), self.vocab, self.width)
+        elif bits is not None:
             digest, m = allowed_bits_mask(bits, bool(self.a.final[state]), self.vocab)
         else:
             ids = self.allowed(state, left)
