@@ -85,8 +85,9 @@ def allowed_bools(mask: mx.array, width: int) -> np.ndarray:
 
 def shared_mask(ids: np.ndarray, width: int) -> tuple[bytes, mx.array]:
     """The mask allowing ``ids`` (repeats allowed), built once per content: (its digest, the mask).
-    The digest is of the set: its sorted ids when few (the mask is then those ids), else its bits
-    (an eighth of a wide row's ids)."""
+    The digest is of the set: its sorted ids when few (the mask is then those ids), its sorted
+    banned ids when few are banned (the mask is those), else its bits (an eighth of a wide row's
+    ids)."""
     if len(ids) * 32 < width:
         unique = sorted_unique(ids).astype(np.int32)
         digest = hashlib.blake2b(b"i" + unique.tobytes() + width.to_bytes(4, "little"), digest_size=16).digest()
@@ -185,8 +186,9 @@ class MaskTable:
         m = MASKS.get(digest) if digest is not None else None
         if m is not None:
             return m
+        # the cheapest form the automaton has: few banned ids (no pass over the row), bools, ids
         banned = self.a.banned(state, left - 1, self.width) if left > 0 else None
-        bits = self.a.allowed_bits(state, left - 1, self.width) if left > 0 and banned is None else None
+        bits = None if banned is not None or left <= 0 else self.a.allowed_bits(state, left - 1, self.width)
         if banned is not None:
             digest, m = banned_final_mask(banned, bool(self.a.final[state]), self.vocab, self.width)
         elif bits is not None:
