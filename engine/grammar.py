@@ -11,8 +11,8 @@ import jsonschema
 import mlx.core as mx
 import numpy as np
 
-from .automata import (LazyAutomaton, MaskTable, allowed_bits_mask, allowed_bools, allowed_mask, banned_final_mask,
-                       bits_mask, compile_linked, compile_regex, counters, eos_mask, new_owner, state_mask)
+from .automata import (LazyAutomaton, MaskTable, allowed_bools, allowed_mask, bits_mask, block_mask, compile_linked,
+                       compile_regex, counters, eos_mask, new_owner, state_mask)
 from .automata.builders import DEFAULT_TIMEOUT
 from .automata.compile import MAX_REGEX_CHARS
 from .caches import Cache
@@ -170,12 +170,9 @@ class LinkedGrammar(Grammar):
 
     def mask(self, state: Any, left: int, width: int) -> mx.array:
         def build(budget: int) -> tuple[bytes, mx.array]:
-            banned = self.automaton.banned(state, budget, width) if budget >= 0 else None
-            if banned is not None:
-                return banned_final_mask(banned, self.is_final(state), self.vocab, width)
-            bits = self.automaton.allowed_bits(state, budget, width) if budget >= 0 else None
-            if bits is not None:
-                return allowed_bits_mask(bits, self.is_final(state), self.vocab)
+            got = block_mask(self.automaton, state, budget, self.is_final(state), self.vocab, width)
+            if got is not None:
+                return got
             ids = self.automaton.allowed(state, budget) if budget >= 0 else np.zeros(0, dtype=np.int32)
             return allowed_mask(ids, self.is_final(state), self.vocab, width)
 

@@ -94,6 +94,12 @@ class TokenAutomaton:
         return None
 
 
+# a mask lists its allowed ids when they are under 1/FEW_ALLOWED of the row, its banned ids when
+# those are under 1/FEW_BANNED (automata.masks); a class block tells the second without the row
+FEW_ALLOWED = 32
+FEW_BANNED = 16
+
+
 def less(ids: np.ndarray, drop: np.ndarray) -> np.ndarray:
     """The sorted ``ids`` less every value in ``drop`` (unsorted, repeats allowed)."""
     if not len(drop) or not len(ids):

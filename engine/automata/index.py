@@ -21,7 +21,7 @@ from ..caches import Cache
 from ..errors import CompileError
 from ..symbols import FORGE_BYTE, SPECIAL_CLASS
 from ..vocabulary import Vocab
-from .automaton import UNREACHABLE, Automaton, bfs, ranges, sorted_unique, state_graph
+from .automaton import FEW_BANNED, UNREACHABLE, Automaton, bfs, ranges, sorted_unique, state_graph
 from .byte_dfa import byte_dfa
 
 DEFAULT_MAX_EDGES = 64_000_000  # token transitions per automaton (about 12 bytes each while building)
@@ -416,7 +416,7 @@ class Block:
             return None
         out = self.run.outside
         known = len(self.run.token_cell)  # ids past the vocabulary's are of no class
-        if len(out) + max(0, width - known) >= width / 16:
+        if (len(out) + max(0, width - known)) * FEW_BANNED >= width:
             return None
         if known < width:
             return np.concatenate([out, np.arange(known, width, dtype=np.int32)])

@@ -156,13 +156,20 @@ class LazyAutomaton(TokenAutomaton):
         block, tok, _ = self.parts(state)
         return bool(self.final[state]) and len(tok) == 0 and (block is None or not block.live.any())
 
+    def _block_within(self, state: int, budget: int) -> tuple[Block, np.ndarray] | None:
+        """``state``'s class block and other tokens, when it has a block and ``budget`` allows every
+        token (so none needs its bound read); else None."""
+        cap, finite = self._cap(state)
+        block, tok, _ = self.parts(state)
+        return None if block is None or not finite or budget < cap else (block, tok)
+
     def allowed_bits(self, state: int, budget: int, width: int) -> np.ndarray | None:
         """Every token of ``state`` below ``width`` as bools, when ``budget`` allows them all and
         the state has a class block (its tokens looked up by cell, never listed); else None."""
-        cap, finite = self._cap(state)
-        block, tok, _ = self.parts(state)
-        if block is None or not finite or budget < cap:
+        found = self._block_within(state, budget)
+        if found is None:
             return None
+        block, tok = found
         bits = block.bits(width)
         bits[tok[tok < width]] = True
         return bits
@@ -170,10 +177,10 @@ class LazyAutomaton(TokenAutomaton):
     def banned(self, state: int, budget: int, width: int) -> np.ndarray | None:
         """The tokens below ``width`` the state bans, when ``budget`` allows all its tokens and its
         class block is full and leaves few out: the block's outside less the walked tokens."""
-        cap, finite = self._cap(state)
-        block, tok, _ = self.parts(state)
-        if block is None or not finite or budget < cap:
+        found = self._block_within(state, budget)
+        if found is None:
             return None
+        block, tok = found
         out = block.banned(width)
         return None if out is None else less(out, tok)
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..caches import Cache
 from ..vocabulary import Vocab
-from .automaton import TokenAutomaton, less, sorted_unique
+from .automaton import FEW_ALLOWED, FEW_BANNED, TokenAutomaton, less, sorted_unique
 
 MASKS = Cache("masks", 512 << 20, lambda m: m.nbytes)  # by content digest, bounded by bytes
 # (owner, state, capped budget, width) -> mask digest, and ("cap", owner, state) -> the state's cap
@@ -88,7 +88,7 @@ def shared_mask(ids: np.ndarray, width: int) -> tuple[bytes, mx.array]:
     The digest is of the set: its sorted ids when few (the mask is then those ids), its sorted
     banned ids when few are banned (the mask is those), else its bits (an eighth of a wide row's
     ids)."""
-    if len(ids) * 32 < width:
+    if len(ids) * FEW_ALLOWED < width:
         unique = sorted_unique(ids).astype(np.int32)
         digest = hashlib.blake2b(b"i" + unique.tobytes() + width.to_bytes(4, "little"), digest_size=16).digest()
         return digest, MASKS.get_or_build(digest, lambda: mx.array(unique.astype(np.uint32)))
@@ -100,9 +100,9 @@ def shared_mask(ids: np.ndarray, width: int) -> tuple[bytes, mx.array]:
 def bits_mask(allowed: np.ndarray) -> tuple[bytes, mx.array]:
     """``shared_mask`` of the tokens given as bools, one per logit (the same digest for the same set)."""
     width, count = len(allowed), int(np.count_nonzero(allowed))
-    if count * 32 < width:
+    if count * FEW_ALLOWED < width:
         return shared_mask(np.flatnonzero(allowed), width)
-    if (width - count) * 16 < width:
+    if (width - count) * FEW_BANNED < width:
         return banned_mask(np.flatnonzero(~allowed).astype(np.int32), width)
     content = b"b" + np.packbits(allowed).tobytes()
     digest = hashlib.blake2b(content + width.to_bytes(4, "little"), digest_size=16).digest()
@@ -149,6 +149,19 @@ def banned_final_mask(banned: np.ndarray, final: bool, vocab: Vocab, width: int)
     return banned_mask(banned, width)
 
 
+def block_mask(a, state, budget: int, final: bool, vocab: Vocab, width: int) -> tuple[bytes, mx.array] | None:
+    """``state``'s mask (``budget`` tokens after this one) in the cheapest form automaton ``a`` has
+    without listing its tokens: few banned ids (no pass over the row), else its bools; None when
+    it has neither (its tokens are then listed): (digest, mask)."""
+    if budget < 0:
+        return None
+    banned = a.banned(state, budget, width)
+    if banned is not None:
+        return banned_final_mask(banned, final, vocab, width)
+    bits = a.allowed_bits(state, budget, width)
+    return None if bits is None else allowed_bits_mask(bits, final, vocab)
+
+
 def eos_mask(vocab: Vocab, width: int) -> mx.array:
     """The mask that allows only the vocabulary's first end-of-sequence token below ``width``."""
     return MASKS.get_or_build((vocab.fingerprint, "eos", width), lambda: mx.array(
@@ -186,13 +199,9 @@ class MaskTable:
         m = MASKS.get(digest) if digest is not None else None
         if m is not None:
             return m
-        # the cheapest form the automaton has: few banned ids (no pass over the row), bools, ids
-        banned = self.a.banned(state, left - 1, self.width) if left > 0 else None
-        bits = None if banned is not None or left <= 0 else self.a.allowed_bits(state, left - 1, self.width)
-        if banned is not None:
-            digest, m = banned_final_mask(banned, bool(self.a.final[state]), self.vocab, self.width)
-        elif bits is not None:
-            digest, m = allowed_bits_mask(bits, bool(self.a.final[state]), self.vocab)
+        got = block_mask(self.a, state, left - 1, bool(self.a.final[state]), self.vocab, self.width)
+        if got is not None:
+            digest, m = got
         else:
             ids = self.allowed(state, left)
             if len(ids) == 0:
