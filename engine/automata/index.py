@@ -23,6 +23,7 @@ from ..symbols import FORGE_BYTE, SPECIAL_CLASS
 from ..vocabulary import Vocab
 from .automaton import FEW_BANNED, UNREACHABLE, Automaton, bfs, ranges, sorted_unique, state_graph
 from .byte_dfa import byte_dfa
+from .kernels import ascii_inside, walk_levels
 
 DEFAULT_MAX_EDGES = 64_000_000  # token transitions per automaton (about 12 bytes each while building)
 NO_EDGE_LIMIT = 1 << 62  # max_edges of a walk that is never bounded (one state's row, a bound's table)
@@ -311,7 +312,6 @@ def _token_cells(trie: _Trie, size: int, ids: np.ndarray, cells: np.ndarray) -> 
     return out
 
 
-ASCII_CHUNK = 16384  # nodes or tokens tested at a time: small scratch arrays, reused, not fresh pages
 
 
 def _ascii_run(trie: _Trie, trans: np.ndarray, edges: np.ndarray, tree: np.ndarray) -> _Run:
@@ -327,18 +327,7 @@ def _ascii_run(trie: _Trie, trans: np.ndarray, edges: np.ndarray, tree: np.ndarr
     banned = np.append(~allowed, np.ones(128, dtype=bool))  # by byte: a byte no class character is
 
     def within(words: np.ndarray, wide: np.ndarray) -> np.ndarray:
-        n = len(wide)
-        found, one, two = [], np.empty(min(ASCII_CHUNK, n), dtype=np.uint64), np.empty(min(ASCII_CHUNK, n), dtype=np.uint64)
-        ok = np.empty(min(ASCII_CHUNK, n), dtype=bool)
-        for lo in range(0, n, ASCII_CHUNK):
-            m = min(ASCII_CHUNK, n - lo)
-            np.bitwise_and(words[0, lo:lo + m], outside[0], out=one[:m])
-            np.bitwise_and(words[1, lo:lo + m], outside[1], out=two[:m])
-            np.bitwise_or(one[:m], two[:m], out=one[:m])
-            np.equal(one[:m], 0, out=ok[:m])
-            ok[:m] &= ~wide[lo:lo + m]
-            found.append(lo + np.flatnonzero(ok[:m]))
-        return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+        return ascii_inside(words, wide, outside[0], outside[1])
     ids = within(trie.spelled, trie.spelled_wide).astype(np.int32)
     # nodes below the root whose parent's path is inside and whose own byte leaves the class
     under = within(trie.above[:, 1:], trie.above_wide[1:]) + 1
@@ -759,28 +748,15 @@ def _walk(trans: np.ndarray, trie: _Trie, src: np.ndarray, node: np.ndarray, cur
     (src, token, next state) of every token ending on the way. With ``boundary`` ((n+1,) bools),
     every (src, node, state) where the walk stands on a boundary state is appended to ``hits``.
 
-    A level only steps the frontier; the tokens ending on it and its boundary states are read
-    once for all levels at the end. Long tokens (``//-----...``, 100+ bytes) read in a state that
-    takes most ASCII bytes but loops on none make walks of 100 levels with a handful of nodes
-    each, where numpy's per-call cost is all there is, so the fewer calls per level the better."""
-    n = trans.shape[0] - 1
-    # an unbounded walk counts nothing per level (token_edges passes NO_EDGE_LIMIT less the tokens
-    # of its blocks)
-    counted = max_edges < NO_EDGE_LIMIT // 2
-    levels, total = [], 0
-    while len(src):
-        levels.append((src, node, cur))
-        if counted:
-            total += int((trie.eoff[node + 1] - trie.eoff[node]).sum())
-            if total > max_edges:
-                raise CompileError(f"the token automaton exceeds {max_edges} transitions")
-        owner, child = ranges(node, trie.coff)
-        nxt = trans[cur[owner], trie.byte[child]]
-        alive = nxt != n
-        src, node, cur = src[owner[alive]], child[alive], nxt[alive]
-    if not levels:
+    The walk itself is one compiled loop (kernels.walk_levels); the tokens ending on the nodes it
+    reached and its boundary states are read afterwards with a few array calls."""
+    if not len(src):
         return []
-    src, node, cur = (np.concatenate(a) for a in zip(*levels)) if len(levels) > 1 else levels[0]
+    src, node, cur, total = walk_levels(trans, trie.coff, trie.byte, trie.eoff, src.astype(np.int32, copy=False),
+                                        node.astype(np.int64, copy=False), cur.astype(np.int32, copy=False),
+                                        max_edges)
+    if total > max_edges:
+        raise CompileError(f"the token automaton exceeds {max_edges} transitions")
     if boundary is not None:
         at = boundary[cur]
         hits.append((src[at], node[at], cur[at]))
