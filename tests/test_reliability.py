@@ -193,6 +193,19 @@ def test_memory_bound_is_enforced():
         compile_regex(r"[^\x00]{0,300}", vocab, max_memory=64 << 20, timeout=60)
 
 
+def test_transition_bound_stops_the_walk(monkeypatch):
+    """The compiled trie walk counts the tokens it reaches and the build refuses past the bound,
+    naming it; the same regex builds under a larger one (102 transitions)."""
+    monkeypatch.setenv("TOOLGATE_CACHE_DIR", "off")
+    vocab = build_vocab(load_tokenizer("qwen3"))
+    regex = r"(?:[0-9]|true|null){1,3}"
+    engine.clear_caches(vocabularies=False)
+    with pytest.raises(engine.errors.CompileError, match="exceeds 60 transitions"):
+        compile_regex(regex, vocab, timeout=None, max_transitions=60)
+    engine.clear_caches(vocabularies=False)
+    assert len(compile_regex(regex, vocab, timeout=None, max_transitions=10_000).tokens) == 102
+
+
 # ---- no silent loosening ----
 
 def test_unenforced_keywords_are_refused_or_listed_and_checked():
