@@ -23,7 +23,7 @@ from ..symbols import FORGE_BYTE, SPECIAL_CLASS
 from ..vocabulary import Vocab
 from .automaton import FEW_BANNED, UNREACHABLE, Automaton, bfs, ranges, sorted_unique, state_graph
 from .byte_dfa import byte_dfa
-from .kernels import ascii_inside, walk_levels
+from .kernels import ascii_inside, class_maps, steps_alike, walk_levels
 
 DEFAULT_MAX_EDGES = 64_000_000  # token transitions per automaton (about 12 bytes each while building)
 NO_EDGE_LIMIT = 1 << 62  # max_edges of a walk that is never bounded (one state's row, a bound's table)
@@ -55,8 +55,8 @@ class _Trie:
     Nodes are numbered breadth first: ``doff[d]:doff[d+1]`` are the nodes d bytes deep.
     ``node_of_id[i]`` is the node token i ends at (the node count when i has no text).
     ``first[n]`` is the first byte on the path to node n (256 for the root and for "no node").
-    ``above[:, n]`` holds the ASCII bytes on the path to node n's parent as 128 bits (two words),
-    ``above_wide[n]`` whether a non-ASCII byte is among them; ``spelled[:, i]`` and
+    ``above[n]`` holds the ASCII bytes on the path to node n's parent as 128 bits (two words),
+    ``above_wide[n]`` whether a non-ASCII byte is among them; ``spelled[i]`` and
     ``spelled_wide[i]`` the same of token i's bytes (wide when it has none): an ASCII class's
     tokens and exits are read from them (``_ascii_run``) without walking the trie.
     """
@@ -126,7 +126,8 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
                     byte=byte, ids=end[order, 1].astype(np.int32),
                     eoff=np.concatenate([[0], np.cumsum(np.bincount(end[:, 0], minlength=n))]),
                     parent=parent, doff=doff, node_of_id=node_of_id, first=first,
-                    above=path[:, parent], above_wide=wide[parent], spelled=path[:, node_of_id], spelled_wide=wide[node_of_id],
+                    above=np.ascontiguousarray(path[:, parent].T), above_wide=wide[parent],
+                    spelled=np.ascontiguousarray(path[:, node_of_id].T), spelled_wide=wide[node_of_id],
                     key=vocab.fingerprint)
         for char_class in COMMON_CLASSES:
             _ = _run_for(got, char_class).outside  # built now: a string state's mask is these less a few
@@ -326,11 +327,14 @@ def _ascii_run(trie: _Trie, trans: np.ndarray, edges: np.ndarray, tree: np.ndarr
     outside = ~bits
     banned = np.append(~allowed, np.ones(128, dtype=bool))  # by byte: a byte no class character is
 
-    def within(words: np.ndarray, wide: np.ndarray) -> np.ndarray:
-        return ascii_inside(words, wide, outside[0], outside[1])
-    ids = within(trie.spelled, trie.spelled_wide).astype(np.int32)
+    def within(words: np.ndarray, wide: np.ndarray, start: int) -> np.ndarray:
+        out = np.empty(ascii_inside(words, wide, start, outside[0], outside[1], np.empty(0, dtype=np.int64)),
+                       dtype=np.int64)
+        ascii_inside(words, wide, start, outside[0], outside[1], out)
+        return out
+    ids = within(trie.spelled, trie.spelled_wide, 0).astype(np.int32)
     # nodes below the root whose parent's path is inside and whose own byte leaves the class
-    under = within(trie.above[:, 1:], trie.above_wide[1:]) + 1
+    under = within(trie.above, trie.above_wide, 1)
     exits = under[banned[trie.byte[under]]].astype(np.int32)
     end = trie.node_of_id[ids]
     j = (np.searchsorted(trie.doff, end, side="right") - 1).astype(np.int32)
@@ -531,19 +535,6 @@ def _first_bytes(rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def _alike(trans: np.ndarray, got: np.ndarray, want: np.ndarray, twins: bool) -> np.ndarray:
-    """Where the DFA's state ``got`` is the live state ``want``, or with ``twins`` one with the same
-    row (outlines-core's DFA is not minimal: two paths through one character may end in twin
-    states). Twins accept the same strings from there (finality is a row's END step), so for masks
-    and bounds either stands for the other; a materialised automaton keeps the exact states."""
-    n = trans.shape[0] - 1
-    ok = got == want
-    twin = ~ok & (got != n) & (want != n)
-    if twins and twin.any():
-        ok[twin] = (trans[got[twin]] == trans[want[twin]]).all(axis=1)
-    return ok & (want != n)
-
-
 def _classes_of(find, trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray, list[str]]]:
     """``find(trans, states)`` (_run_classes or _chain_classes), remembered for a single state by
     its row's shape: which bytes loop, die, or lead to equal states (all the finders read), so the
@@ -585,11 +576,11 @@ def _chain_maps(trans: np.ndarray, run: _Run, state: int, twins: bool) -> np.nda
         for _ in range(len(run.present)):
             chain.append(int(trans[chain[-1], run.one_byte]))
         chain = np.asarray(chain, dtype=np.int32)
-        m = _chain_rows(trans, run, chain[:-1])
+        m = _class_rows(trans, run, chain[:-1])
         steps = _chain_steps(trans, run, m, chain[1:], twins, skip_first=True)
     if chain[1] != state:
         nxt = np.append(chain[1:], trans[chain[-1], run.one_byte]).astype(np.int32)
-        row = _chain_rows(trans, run, nxt[-2:-1])
+        row = _class_rows(trans, run, nxt[-2:-1])
         CHAINS.put((id(trans), id(run), int(chain[1]), twins),
                    (weakref.ref(trans), run, nxt, np.concatenate([m[1:], row]),
                     np.append(steps[1:], _chain_steps(trans, run, row, nxt[-1:], twins))))
@@ -603,12 +594,11 @@ def _chain_maps(trans: np.ndarray, run: _Run, state: int, twins: bool) -> np.nda
     return m
 
 
-def _chain_rows(trans: np.ndarray, run: _Run, starts: np.ndarray) -> np.ndarray:
-    """Per chain state in ``starts``, the DFA state each class state of one character reaches."""
-    m = np.full((len(starts), run.trans.shape[0] - 1), trans.shape[0] - 1, dtype=np.int32)
-    m[:, 0] = starts
-    for a, b, d in run.tree.tolist():
-        m[:, d] = trans[m[:, a], b]
+def _class_rows(trans: np.ndarray, run: _Run, starts: np.ndarray) -> np.ndarray:
+    """Per state in ``starts`` (a chain's, or one that may loop on the class), the DFA state each
+    class state of one character reaches."""
+    m = np.empty((len(starts), run.trans.shape[0] - 1), dtype=np.int32)
+    class_maps(trans, run.tree, starts.astype(np.int32, copy=False), m)
     return m
 
 
@@ -618,8 +608,8 @@ def _chain_steps(trans: np.ndarray, run: _Run, m: np.ndarray, nexts: np.ndarray,
     landing on the chain's next state (``nexts``); with ``skip_first``, the first row's steps on
     the run's skipped first bytes are not asked (no token of the run begins with them)."""
     e = run.edges
-    want = np.where(e[:, 2] == 0, nexts[:, None], m[:, e[:, 2]])
-    ok = _alike(trans, trans[m[:, e[:, 0]], e[:, 1]], want, twins)
+    ok = np.empty((len(m), len(e)), dtype=bool)
+    steps_alike(trans, m, e, nexts.astype(np.int32, copy=False), twins, ok)
     if skip_first and len(run.skip_first) and len(ok):
         ok[0] |= (e[:, 0] == 0) & np.isin(e[:, 1], run.skip_first)
     return ok.all(axis=1)
@@ -643,15 +633,11 @@ COMMON_CLASSES = (_all_but(_STRING_OUTSIDE), _all_but([]))
 
 def _run_states(trans: np.ndarray, run: _Run, states: np.ndarray, twins: bool) -> tuple[np.ndarray, np.ndarray]:
     """Which of ``states`` move like the class automaton: (those states, their class-state map)."""
-    dead = trans.shape[0] - 1
-    m = np.full((len(states), run.trans.shape[0] - 1), dead, dtype=np.int32)
-    m[:, 0] = states
-    for a, b, d in run.tree.tolist():
-        m[:, d] = trans[m[:, a], b]
-    e = run.edges
-    ok = _alike(trans, trans[m[:, e[:, 0]], e[:, 1]], m[:, e[:, 2]], twins).all(axis=1)
+    m = _class_rows(trans, run, states)
+    ok = np.empty((len(m), len(run.edges)), dtype=bool)
+    steps_alike(trans, m, run.edges, m[:, 0].copy(), twins, ok)
+    ok = ok.all(axis=1)
     return states[ok], m[ok]
-
 
 
 def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tuple[bytes, int], ...] = (),
@@ -663,7 +649,7 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
     Returns the walked edges and, for states that loop on a character class or count its
     characters, the class's tokens as one Block each: {state: Block}. With ``boundary`` (see ``_walk``), a
     class state that is a boundary is walked token by token instead. ``twins`` lets a block's
-    next states be twins of the exact ones (see _alike): for rows read per state, not for
+    next states be twins of the exact ones (see kernels.steps_alike): for rows read per state, not for
     materialised automata.
     """
     n = trans.shape[0] - 1
@@ -681,7 +667,7 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
             if boundary is not None:
                 looping, m = looping[~boundary[m].any(axis=1)], m[~boundary[m].any(axis=1)]
             for s, row in zip(looping.tolist(), m):
-                _add_block(blocks, starts, trans, trie, Block(run, np.tile(row, (len(run.present), 1)), n), s)
+                _add_block(blocks, starts, trans, trie, Block(run, np.repeat(row[None], len(run.present), axis=0), n), s)
     rest = _without(states, list(blocks))
     for group, classes in _classes_of(_chain_classes, trans, rest):
         for char_class, skip_first in classes:
@@ -742,6 +728,9 @@ def _add_block(blocks: dict, starts: list, trans: np.ndarray, trie: _Trie, block
         starts.append((np.full(int(ok.sum()), s, dtype=np.int32), node[ok], nxt[ok]))
 
 
+WALK_START = 1 << 14  # entries a walk's output arrays have room for at first
+
+
 def _walk(trans: np.ndarray, trie: _Trie, src: np.ndarray, node: np.ndarray, cur: np.ndarray, max_edges: int,
           boundary: np.ndarray | None = None, hits: list | None = None) -> list:
     """Walk the trie down from ``node`` (each at DFA state ``cur``, for ``src``) level by level: the
@@ -752,11 +741,17 @@ def _walk(trans: np.ndarray, trie: _Trie, src: np.ndarray, node: np.ndarray, cur
     reached and its boundary states are read afterwards with a few array calls."""
     if not len(src):
         return []
-    src, node, cur, total = walk_levels(trans, trie.coff, trie.byte, trie.eoff, src.astype(np.int32, copy=False),
-                                        node.astype(np.int64, copy=False), cur.astype(np.int32, copy=False),
-                                        max_edges)
-    if total > max_edges:
-        raise CompileError(f"the token automaton exceeds {max_edges} transitions")
+    src, node, cur = src.astype(np.int32, copy=False), node.astype(np.int64, copy=False), cur.astype(np.int32, copy=False)
+    size = max(WALK_START, 16 * len(src))
+    while True:  # untouched room costs no page; a walk past it is walked again with four times the room
+        out = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int32)
+        m = walk_levels(np.ascontiguousarray(trans), trie.coff, trie.byte, trie.eoff, src, node, cur, max_edges, *out)
+        if m == -2:
+            raise CompileError(f"the token automaton exceeds {max_edges} transitions")
+        if m >= 0:
+            break
+        size *= 4
+    src, node, cur = out[0][:m], out[1][:m], out[2][:m]
     if boundary is not None:
         at = boundary[cur]
         hits.append((src[at], node[at], cur[at]))

@@ -4,6 +4,9 @@ A trie walk from one state is tens of levels of a handful of nodes each; as nump
 level costs its calls' fixed overhead (a few us each), which was most of a first mask's time.
 Signatures are explicit so each kernel compiles once, when this module is imported (from numba's
 on-disk cache after the first time), never at a first call inside a request or a forked child.
+Kernels take C-contiguous arrays only, write into arrays their caller made and return a count:
+a kernel's first call in a new (forked) process then costs ~20 us, against ~100-200 us for one
+that returns an array or is passed a strided view (numba's slow path for either).
 """
 
 from __future__ import annotations
@@ -12,26 +15,25 @@ import numpy as np
 from numba import njit
 
 
-@njit("Tuple((i4[:], i8[:], i4[:], i8))(i4[:, :], i8[:], u1[:], i8[:], i4[:], i8[:], i4[:], i8)",
-      cache=True, nogil=True)
-def walk_levels(trans, coff, byte, eoff, src, node, cur, max_tokens):
+@njit("i8(i4[:, ::1], i8[::1], u1[::1], i8[::1], i4[::1], i8[::1], i4[::1], i8, i4[::1], i8[::1], i4[::1])", cache=True, nogil=True)
+def walk_levels(trans, coff, byte, eoff, src, node, cur, max_tokens, out_src, out_node, out_cur):
     """Every (src, trie node, DFA state) the walk down the trie reaches from the given ones, level
-    by level in the order numpy's walk visited them, and how many tokens end on those nodes; the
-    count stops the walk once it passes ``max_tokens`` (the arrays are then incomplete)."""
+    by level (the order numpy's walk visited them), written to the ``out_`` arrays: how many, or
+    -1 when they are too short, or -2 once the tokens ending on the nodes reached pass
+    ``max_tokens`` (the walk then stops)."""
     dead = trans.shape[0] - 1
-    size = max(64, 4 * len(src))
-    out_src = np.empty(size, np.int32)
-    out_node = np.empty(size, np.int64)
-    out_cur = np.empty(size, np.int32)
+    size = len(out_src)
     m = len(src)
-    out_src[:m] = src
-    out_node[:m] = node
-    out_cur[:m] = cur
+    if m > size:
+        return -1
     total = 0
     for i in range(m):
+        out_src[i], out_node[i], out_cur[i] = src[i], node[i], cur[i]
         total += eoff[node[i] + 1] - eoff[node[i]]
     lo = 0
-    while lo < m and total <= max_tokens:
+    while lo < m:
+        if total > max_tokens:
+            return -2
         hi = m
         for i in range(lo, hi):
             parent, state, s = out_node[i], out_cur[i], out_src[i]
@@ -40,39 +42,85 @@ def walk_levels(trans, coff, byte, eoff, src, node, cur, max_tokens):
                 if nxt == dead:
                     continue
                 if m == size:
-                    size *= 2
-                    grown_src = np.empty(size, np.int32)
-                    grown_src[:m] = out_src[:m]
-                    out_src = grown_src
-                    grown_node = np.empty(size, np.int64)
-                    grown_node[:m] = out_node[:m]
-                    out_node = grown_node
-                    grown_cur = np.empty(size, np.int32)
-                    grown_cur[:m] = out_cur[:m]
-                    out_cur = grown_cur
-                out_src[m] = s
-                out_node[m] = child
-                out_cur[m] = nxt
+                    return -1
+                out_src[m], out_node[m], out_cur[m] = s, child, nxt
                 total += eoff[child + 1] - eoff[child]
                 m += 1
         lo = hi
-    return out_src[:m], out_node[:m], out_cur[:m], total
+    return -2 if total > max_tokens else m
 
 
-@njit("i8[:](u8[:, :], b1[:], u8, u8)", cache=True, nogil=True)
-def ascii_inside(words, wide, outside_low, outside_high):
-    """The positions whose bytes (as 128 bits in ``words``' two rows, ``wide`` when a non-ASCII
-    byte is among them) are all in an ASCII class, given the bits outside it. Counted first, so
-    the one array written is the answer (a vocabulary-wide scratch array would be fresh pages,
-    each a page fault, in a forked child)."""
+@njit("i8(u8[:, ::1], b1[::1], i8, u8, u8, i8[::1])", cache=True, nogil=True)
+def ascii_inside(words, wide, start, outside_low, outside_high, out):
+    """How many positions from ``start`` on have bytes (as 128 bits, two words per row of ``words``;
+    ``wide`` when a non-ASCII byte is among them) all in an ASCII class, given the bits outside it;
+    the first ``len(out)`` of them are written to ``out`` (call with an empty one to count: a
+    vocabulary-wide scratch array would be fresh pages, each a fault, in a forked child)."""
     m = 0
-    for i in range(len(wide)):
-        if not wide[i] and (words[0, i] & outside_low) == 0 and (words[1, i] & outside_high) == 0:
+    for i in range(start, len(wide)):
+        if not wide[i] and (words[i, 0] & outside_low) == 0 and (words[i, 1] & outside_high) == 0:
+            if m < len(out):
+                out[m] = i
             m += 1
-    out = np.empty(m, np.int64)
-    m = 0
-    for i in range(len(wide)):
-        if not wide[i] and (words[0, i] & outside_low) == 0 and (words[1, i] & outside_high) == 0:
-            out[m] = i
-            m += 1
-    return out
+    return m
+
+
+@njit("i8(i4[:, ::1], i8[:, ::1], i4[::1], i4[:, ::1])", cache=True, nogil=True)
+def class_maps(trans, tree, starts, m):
+    """Fill ``m``: per start state, the DFA state each class automaton state maps to, row i
+    following the class's spanning ``tree`` (from, byte, to) from ``starts[i]`` (class state 0)."""
+    dead = trans.shape[0] - 1
+    for i in range(len(starts)):
+        m[i, :] = dead
+        m[i, 0] = starts[i]
+        for t in range(tree.shape[0]):
+            m[i, tree[t, 2]] = trans[m[i, tree[t, 0]], tree[t, 1]]
+    return len(starts)
+
+
+@njit("i8(i4[:, ::1], i4[:, ::1], i8[:, ::1], i4[::1], b1, b1[:, ::1])", cache=True, nogil=True)
+def steps_alike(trans, m, edges, zero_to, twins, ok):
+    """Fill ``ok``: per row of ``m`` (class_maps) and class edge (from, byte, to), whether the DFA
+    steps from the row's ``from`` state on the byte to its live ``to`` state (``zero_to[i]`` for
+    class state 0), or with ``twins`` to a state with the same row. outlines-core's DFA is not
+    minimal: two paths through one character may end in twin states, which accept the same
+    strings from there (finality is a row's END step), so for masks and bounds either stands for
+    the other; a materialised automaton keeps the exact states."""
+    dead = trans.shape[0] - 1
+    last_got, last_want, last_same = -1, -1, False  # a run of edges (one byte range) asks one pair
+    for i in range(m.shape[0]):
+        for e in range(edges.shape[0]):
+            ok[i, e] = False
+            want = zero_to[i] if edges[e, 2] == 0 else m[i, edges[e, 2]]
+            if want == dead:
+                continue
+            got = trans[m[i, edges[e, 0]], edges[e, 1]]
+            if got == want:
+                ok[i, e] = True
+            elif twins and got != dead:
+                if got != last_got or want != last_want:
+                    last_got, last_want, last_same = got, want, True
+                    for b in range(trans.shape[1]):
+                        if trans[got, b] != trans[want, b]:
+                            last_same = False
+                            break
+                ok[i, e] = last_same
+    return m.shape[0]
+
+
+def _first_calls() -> None:
+    """Call each kernel once on a one-state DFA: a kernel's first call in a process finishes
+    loading it (~0.2-0.6 ms), which a process forked after this import then never pays."""
+    trans = np.full((2, 256), 1, dtype=np.int32)
+    one32, one64 = np.zeros(1, dtype=np.int32), np.zeros(1, dtype=np.int64)
+    walk_levels(trans, np.array([1, 1], dtype=np.int64), np.zeros(1, dtype=np.uint8), np.zeros(2, dtype=np.int64),
+                one32, one64, one32, 0, np.empty(1, dtype=np.int32), np.empty(1, dtype=np.int64),
+                np.empty(1, dtype=np.int32))
+    ascii_inside(np.zeros((1, 2), dtype=np.uint64), np.zeros(1, dtype=bool), 0, np.uint64(1), np.uint64(1),
+                 np.empty(1, dtype=np.int64))
+    m = np.empty((1, 1), dtype=np.int32)
+    class_maps(trans, np.zeros((0, 3), dtype=np.int64), one32, m)
+    steps_alike(trans, m, np.zeros((1, 3), dtype=np.int64), one32, True, np.empty((1, 1), dtype=bool))
+
+
+_first_calls()
