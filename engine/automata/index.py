@@ -313,8 +313,6 @@ def _token_cells(trie: _Trie, size: int, ids: np.ndarray, cells: np.ndarray) -> 
     return out
 
 
-
-
 def _ascii_run(trie: _Trie, trans: np.ndarray, edges: np.ndarray, tree: np.ndarray) -> _Run:
     """``_run`` of a class of ASCII bytes (its automaton loops on state 0, one byte a character):
     a token is inside when all its bytes are in the class, k is 0 and j its length; an exit is

@@ -18,7 +18,7 @@ from numba import njit
 @njit("i8(i4[:, ::1], i8[::1], u1[::1], i8[::1], i4[::1], i8[::1], i4[::1], i8, i4[::1], i8[::1], i4[::1])", cache=True, nogil=True)
 def walk_levels(trans, coff, byte, eoff, src, node, cur, max_tokens, out_src, out_node, out_cur):
     """Every (src, trie node, DFA state) the walk down the trie reaches from the given ones, level
-    by level (the order numpy's walk visited them), written to the ``out_`` arrays: how many, or
+    by level (each level in its parents' order), written to the ``out_`` arrays: how many, or
     -1 when they are too short, or -2 once the tokens ending on the nodes reached pass
     ``max_tokens`` (the walk then stops)."""
     dead = trans.shape[0] - 1
