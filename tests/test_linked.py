@@ -481,3 +481,37 @@ def test_link_decision_weighs_spelled_string_bounds(qwen3_tokenizer, monkeypatch
     assert len(schema_to_regex(long, count_above=32).regex) > grammar.SHRINK_FROM
     assert not isinstance(engine.compile_json_schema(qwen3_tokenizer, long), LinkedGrammar)
     assert isinstance(engine.compile_json_schema(qwen3_tokenizer, short), LinkedGrammar)
+
+
+def test_one_state_rows_walk_as_the_general_walk(qwen3_tokenizer):
+    """A state with no class block reads its row in one compiled walk (kernels.walk_row): the same
+    tokens, next states and boundary hits, in the same order, as token_edges' walk from it, for
+    every state of every part of a linked schema and of its expansion."""
+    from engine.automata.index import NO_EDGE_LIMIT, token_edges, token_row, token_row_hits, vocabulary_trie
+    linked = engine.compile_json_schema(qwen3_tokenizer, MUTUAL, link=True)
+    expanded = engine.compile_json_schema(qwen3_tokenizer, MUTUAL, link=False)
+    trie = vocabulary_trie(linked.vocab)
+    a = linked.automaton
+    rows = 0
+    for trans, boundary in zip(a.trans, a.boundary):
+        for s in range(trans.shape[0] - 1):
+            hits: list = []
+            _, tok, dst, blocks = token_edges(trans, trie, NO_EDGE_LIMIT, (), np.array([s], dtype=np.int32), boundary,
+                                              hits, twins=True)
+            if blocks:
+                continue
+            hit_node = np.concatenate([h[1] for h in hits]).astype(np.int32) if hits else np.zeros(0, np.int32)
+            hit_state = np.concatenate([h[2] for h in hits]).astype(np.int32) if hits else np.zeros(0, np.int32)
+            block, *got = token_row_hits(trans, trie, s, boundary)
+            assert block is None
+            for want, have in zip((tok, dst, hit_node, hit_state), got):
+                assert want.dtype == have.dtype and np.array_equal(want, have), (s, want[:8], have[:8])
+            rows += 1
+    trans = expanded.automaton.trans
+    for s in range(trans.shape[0] - 1):
+        _, tok, dst, blocks = token_edges(trans, trie, NO_EDGE_LIMIT, (), np.array([s], dtype=np.int32), twins=True)
+        if not blocks:
+            block, have_tok, have_dst = token_row(trans, trie, s)
+            assert block is None and np.array_equal(tok, have_tok) and np.array_equal(dst, have_dst), s
+            rows += 1
+    assert rows > 50

@@ -23,7 +23,7 @@ from ..symbols import FORGE_BYTE, SPECIAL_CLASS
 from ..vocabulary import Vocab
 from .automaton import FEW_BANNED, UNREACHABLE, Automaton, bfs, ranges, sorted_unique, state_graph
 from .byte_dfa import byte_dfa
-from .kernels import ascii_inside, class_maps, steps_alike, walk_levels
+from .kernels import ascii_inside, class_maps, steps_alike, walk_levels, walk_row
 
 DEFAULT_MAX_EDGES = 64_000_000  # token transitions per automaton (about 12 bytes each while building)
 NO_EDGE_LIMIT = 1 << 62  # max_edges of a walk that is never bounded (one state's row, a bound's table)
@@ -761,17 +761,42 @@ def descend(trans: np.ndarray, trie: _Trie, nodes: np.ndarray, state: int, bound
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The tokens below the trie ``nodes`` read on from DFA state ``state`` (the nodes' own bytes
     already read): (tokens, next states, boundary nodes, their states), as ``token_row_hits``."""
-    n = trans.shape[0] - 1
-    _, child = ranges(nodes, trie.coff)
-    cur = trans[state, trie.byte[child]]
-    alive = cur != n
-    hits: list = []
-    parts = _walk(trans, trie, np.zeros(int(alive.sum()), dtype=np.int32), child[alive], cur[alive], NO_EDGE_LIMIT,
-                  boundary, hits)
-    empty = np.zeros(0, dtype=np.int32)
-    tok = np.concatenate([p[1] for p in parts]) if parts else empty
-    dst = np.concatenate([p[2] for p in parts]) if parts else empty
-    return (tok, dst) + _hits(hits)
+    return _row_walk(trans, trie, state, nodes, boundary)
+
+
+ROW_WALK_START = 1 << 10  # nodes and tokens a row's walk has room for at first (most rows are short)
+_NO_BOUNDARY = np.zeros(0, dtype=bool)
+_ROOT = np.zeros(1, dtype=np.int64)
+
+
+def _row_walk(trans: np.ndarray, trie: _Trie, state: int, nodes: np.ndarray, boundary: np.ndarray | None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """kernels.walk_row from ``state`` below ``nodes``: (tokens, next states, boundary nodes, their
+    states), copied out of the walk's room (a cached row must not hold the room's pages)."""
+    nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+    marks = _NO_BOUNDARY if boundary is None else boundary
+    size = room = ROW_WALK_START
+    counts = np.zeros(2, dtype=np.int64)
+    while True:
+        node_buf, cur_buf = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int32)
+        hit_node, hit_state = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.int32)
+        tok, dst = np.empty(room, dtype=np.int32), np.empty(room, dtype=np.int32)
+        got = walk_row(np.ascontiguousarray(trans), trie.coff, trie.byte, trie.eoff, trie.ids, state, nodes, marks,
+                       node_buf, cur_buf, tok, dst, hit_node, hit_state, counts)
+        if got == -1:
+            size *= 4
+        elif got == -3:
+            room = int(counts[0])
+        else:
+            break
+    k, h = int(counts[0]), int(counts[1])
+    return tok[:k].copy(), dst[:k].copy(), hit_node[:h].copy(), hit_state[:h].copy()
+
+
+def _structural(trans: np.ndarray, state: int) -> bool:
+    """Whether ``state`` steps on too few ASCII bytes to loop on or count a class (token_edges then
+    finds no block for it, and its row is one walk)."""
+    return np.count_nonzero(trans[state, :128] != trans.shape[0] - 1) < MIN_RUN_BYTES
 
 
 def token_row_hits(trans: np.ndarray, trie: _Trie, state: int, boundary: np.ndarray
@@ -779,6 +804,8 @@ def token_row_hits(trans: np.ndarray, trie: _Trie, state: int, boundary: np.ndar
     """One state's tokens, as ``token_row`` (a block's next states are never on the boundary),
     and the trie nodes where a token's bytes stand on a ``boundary`` state partway or at its end,
     with those states."""
+    if _structural(trans, state):
+        return (None,) + _row_walk(trans, trie, state, _ROOT, boundary)
     hits: list = []
     _, tok, dst, blocks = token_edges(trans, trie, NO_EDGE_LIMIT, (), np.array([state], dtype=np.int32), boundary, hits,
                                       twins=True)
@@ -804,8 +831,22 @@ def token_row(trans: np.ndarray, trie: _Trie, state: int, extra: tuple[tuple[byt
               ) -> tuple[Block | None, np.ndarray, np.ndarray]:
     """One state's tokens: its class block (None when it has none), and the tokens walked one by
     one with the states they lead to (unsorted), the dead state left out."""
+    if _structural(trans, state):
+        tok, dst, _, _ = _row_walk(trans, trie, state, _ROOT, None)
+        more = [(token, _step_text(trans, state, text)) for text, token in extra]
+        more = [(token, to) for token, to in more if to != trans.shape[0] - 1]
+        if more:
+            tok = np.append(tok, np.array([t for t, _ in more], dtype=np.int32))
+            dst = np.append(dst, np.array([to for _, to in more], dtype=np.int32))
+        return None, tok, dst
     _, tok, dst, blocks = token_edges(trans, trie, NO_EDGE_LIMIT, extra, np.array([state], dtype=np.int32), twins=True)
     return blocks.get(state), tok, dst
+
+
+def _step_text(trans: np.ndarray, state: int, text: bytes) -> int:
+    for b in text:
+        state = int(trans[state, b])
+    return state
 
 
 def build(regex: str, vocab: Vocab, key: str, macro: tuple[str, int] | None = None,

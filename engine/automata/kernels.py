@@ -108,6 +108,57 @@ def steps_alike(trans, m, edges, zero_to, twins, ok):
     return m.shape[0]
 
 
+@njit("i8(i4[:, ::1], i8[::1], u1[::1], i8[::1], i4[::1], i8, i8[::1], b1[::1], i8[::1], i4[::1], i4[::1], i4[::1],"
+      " i4[::1], i4[::1], i8[::1])", cache=True, nogil=True)
+def walk_row(trans, coff, byte, eoff, ids, state, nodes, boundary, node_buf, cur_buf, tok, dst, hit_node, hit_state,
+             counts):
+    """One state's walk down the trie below ``nodes`` (their bytes read; the root for a whole row),
+    as walk_levels walks it, with the tokens ending on the way and, where ``boundary`` is not
+    empty, the (node, state) pairs standing on a boundary state: tokens and their next states to
+    ``tok``/``dst``, pairs to ``hit_node``/``hit_state``, their counts to ``counts``. Returns how
+    many nodes were reached, -1 when the ``_buf`` arrays are too short, -3 when ``tok`` is (the
+    count it needs is in ``counts[0]``)."""
+    dead = trans.shape[0] - 1
+    size = len(node_buf)
+    m = 0
+    for j in range(len(nodes)):
+        for child in range(coff[nodes[j]], coff[nodes[j] + 1]):
+            nxt = trans[state, byte[child]]
+            if nxt == dead:
+                continue
+            if m == size:
+                return -1
+            node_buf[m], cur_buf[m] = child, nxt
+            m += 1
+    lo = 0
+    while lo < m:
+        hi = m
+        for i in range(lo, hi):
+            parent, at = node_buf[i], cur_buf[i]
+            for child in range(coff[parent], coff[parent + 1]):
+                nxt = trans[at, byte[child]]
+                if nxt == dead:
+                    continue
+                if m == size:
+                    return -1
+                node_buf[m], cur_buf[m] = child, nxt
+                m += 1
+        lo = hi
+    k, h, room = 0, 0, len(tok)
+    marks = len(boundary) > 0
+    for i in range(m):
+        node, at = node_buf[i], cur_buf[i]
+        if marks and boundary[at]:
+            hit_node[h], hit_state[h] = node, at
+            h += 1
+        for pos in range(eoff[node], eoff[node + 1]):
+            if k < room:
+                tok[k], dst[k] = ids[pos], at
+            k += 1
+    counts[0], counts[1] = k, h
+    return -3 if k > room else m
+
+
 def _first_calls() -> None:
     """Call each kernel once on a one-state DFA: a kernel's first call in a process finishes
     loading it (~0.2-0.6 ms), which a process forked after this import then never pays."""
@@ -121,6 +172,10 @@ def _first_calls() -> None:
     m = np.empty((1, 1), dtype=np.int32)
     class_maps(trans, np.zeros((0, 3), dtype=np.int64), one32, m)
     steps_alike(trans, m, np.zeros((1, 3), dtype=np.int64), one32, True, np.empty((1, 1), dtype=bool))
+    walk_row(trans, np.array([1, 1], dtype=np.int64), np.zeros(1, dtype=np.uint8), np.zeros(2, dtype=np.int64), one32, 0,
+             one64, np.zeros(0, dtype=bool), np.empty(1, dtype=np.int64), np.empty(1, dtype=np.int32),
+             np.empty(1, dtype=np.int32), np.empty(1, dtype=np.int32), np.empty(1, dtype=np.int32),
+             np.empty(1, dtype=np.int32), np.empty(2, dtype=np.int64))
 
 
 _first_calls()
