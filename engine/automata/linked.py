@@ -70,6 +70,19 @@ def _state(s) -> int:
     return s[0] if isinstance(s, tuple) else s
 
 
+def _grouped(values: np.ndarray, keys: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(key, the values with that key, in their order) for each distinct key, ascending. A walk's
+    boundary hits are mostly a handful, where numpy's calls cost more than a loop in Python."""
+    if len(keys) > 64:
+        return [(u, values[keys == u]) for u in sorted_unique(keys).tolist()]
+    at: dict[int, list[int]] = {}
+    for i, u in enumerate(keys.tolist()):
+        at.setdefault(u, []).append(i)
+    if len(at) == 1:
+        return [(next(iter(at)), values)]
+    return [(u, values[at[u]]) for u in sorted(at)]
+
+
 def link_tables(regexes: list[str], vocab: Vocab, limits: list[int] = ()) -> dict[str, np.ndarray]:
     """For the root regex and the definitions after it (marker k calls part k + 1), each part's byte DFA with dead states cut, its calls and its bound, as named arrays:
     ``trans{i}``, ``final{i}``, ``calls{i}`` ((m, 3): state, callee, return state), ``bound{i}``,
@@ -360,6 +373,8 @@ class LinkedAutomaton:
                     toks.append(ids)
                     costs.append(self.costs(c, to))
                     block = None
+            if not toks:
+                return block, np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64), cap
             tok, cost = np.concatenate(toks), np.concatenate(costs)
             live = cost < UNREACHABLE
             if not live.all():
@@ -391,15 +406,15 @@ class LinkedAutomaton:
         the walk's class block, whose tokens are not collected."""
         stack, p, _ = c
         block, tok, dst, hit_node, hit_state = walked
-        toks.append(tok)
-        costs.append(self.costs(c, dst))
+        if len(tok):
+            toks.append(tok)
+            costs.append(self.costs(c, dst))
         if len(hit_node):
             # every token standing on a boundary walks on together with the others entering the
             # same configuration: a number's final states all return to one caller state, and
             # walking on from each of them alone read a call site's rest once per final state
             entered: dict[Config, list[np.ndarray]] = {}
-            for u in sorted_unique(hit_state).tolist():
-                nodes = hit_node[hit_state == u]
+            for u, nodes in _grouped(hit_node, hit_state):
                 for e in self.closure((stack, p, u))[1:]:
                     entered.setdefault(e, []).append(nodes)
             trie = vocabulary_trie(self.vocab)
