@@ -844,6 +844,7 @@ def token_row(trans: np.ndarray, trie: _Trie, state: int, extra: tuple[tuple[byt
 
 
 def _step_text(trans: np.ndarray, state: int, text: bytes) -> int:
+    """The state after ``text``'s bytes from ``state`` (the dead state once any byte dies)."""
     for b in text:
         state = int(trans[state, b])
     return state
