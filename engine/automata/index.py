@@ -687,17 +687,25 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
     starts.append((walked[row], root[byte], first[row, byte]))
     src, node, cur = (np.concatenate(p) for p in zip(*starts))
     parts = _walk(trans, trie, src, node, cur, max_edges - sum(b.run.count for b in blocks.values()), boundary, hits)
+    parts += _extra_edges(trans, states, extra)
+    if not parts:
+        empty = np.zeros(0, dtype=np.int32)
+        return empty, empty, empty, blocks
+    src, tok, dst = (np.concatenate(p) for p in zip(*parts))
+    return src, tok, dst, blocks
+
+
+def _extra_edges(trans: np.ndarray, states: np.ndarray, extra: tuple[tuple[bytes, int], ...]) -> list:
+    """(src, token, next state) of each ``extra`` (text, token) read from ``states``, where it lives."""
+    n = trans.shape[0] - 1
+    parts = []
     for text, token in extra:
         cur = states
         for b in text:
             cur = trans[cur, b]
         ok = cur != n
         parts.append((states[ok], np.full(int(ok.sum()), token, dtype=np.int32), cur[ok]))
-    if not parts:
-        empty = np.zeros(0, dtype=np.int32)
-        return empty, empty, empty, blocks
-    src, tok, dst = (np.concatenate(p) for p in zip(*parts))
-    return src, tok, dst, blocks
+    return parts
 
 
 def _without(values: np.ndarray, drop) -> np.ndarray:
@@ -778,11 +786,11 @@ def _row_walk(trans: np.ndarray, trie: _Trie, state: int, nodes: np.ndarray, bou
     size = room = ROW_WALK_START
     counts = np.zeros(2, dtype=np.int64)
     while True:
-        node_buf, cur_buf = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int32)
+        src_buf, node_buf, cur_buf = np.empty(size, np.int32), np.empty(size, np.int64), np.empty(size, np.int32)
         hit_node, hit_state = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.int32)
         tok, dst = np.empty(room, dtype=np.int32), np.empty(room, dtype=np.int32)
         got = walk_row(np.ascontiguousarray(trans), trie.coff, trie.byte, trie.eoff, trie.ids, state, nodes, marks,
-                       node_buf, cur_buf, tok, dst, hit_node, hit_state, counts)
+                       src_buf, node_buf, cur_buf, tok, dst, hit_node, hit_state, counts)
         if got == -1:
             size *= 4
         elif got == -3:
@@ -833,21 +841,13 @@ def token_row(trans: np.ndarray, trie: _Trie, state: int, extra: tuple[tuple[byt
     one with the states they lead to (unsorted), the dead state left out."""
     if _structural(trans, state):
         tok, dst, _, _ = _row_walk(trans, trie, state, _ROOT, None)
-        more = [(token, _step_text(trans, state, text)) for text, token in extra]
-        more = [(token, to) for token, to in more if to != trans.shape[0] - 1]
+        more = _extra_edges(trans, np.array([state], dtype=np.int32), extra)
         if more:
-            tok = np.append(tok, np.array([t for t, _ in more], dtype=np.int32))
-            dst = np.append(dst, np.array([to for _, to in more], dtype=np.int32))
+            tok = np.concatenate([tok] + [p[1] for p in more])
+            dst = np.concatenate([dst] + [p[2] for p in more])
         return None, tok, dst
     _, tok, dst, blocks = token_edges(trans, trie, NO_EDGE_LIMIT, extra, np.array([state], dtype=np.int32), twins=True)
     return blocks.get(state), tok, dst
-
-
-def _step_text(trans: np.ndarray, state: int, text: bytes) -> int:
-    """The state after ``text``'s bytes from ``state`` (the dead state once any byte dies)."""
-    for b in text:
-        state = int(trans[state, b])
-    return state
 
 
 def build(regex: str, vocab: Vocab, key: str, macro: tuple[str, int] | None = None,

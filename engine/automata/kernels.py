@@ -15,21 +15,12 @@ import numpy as np
 from numba import njit
 
 
-@njit("i8(i4[:, ::1], i8[::1], u1[::1], i8[::1], i4[::1], i8[::1], i4[::1], i8, i4[::1], i8[::1], i4[::1])", cache=True, nogil=True)
-def walk_levels(trans, coff, byte, eoff, src, node, cur, max_tokens, out_src, out_node, out_cur):
-    """Every (src, trie node, DFA state) the walk down the trie reaches from the given ones, level
-    by level (each level in its parents' order), written to the ``out_`` arrays: how many, or
-    -1 when they are too short, or -2 once the tokens ending on the nodes reached pass
-    ``max_tokens`` (the walk then stops)."""
+@njit(cache=True, nogil=True)
+def _levels(trans, coff, byte, eoff, m, total, max_tokens, out_src, out_node, out_cur):
+    """walk_levels' walk on from the first ``m`` entries of the ``out_`` arrays (``total`` tokens
+    ending on their nodes): the same count or -1 or -2."""
     dead = trans.shape[0] - 1
     size = len(out_src)
-    m = len(src)
-    if m > size:
-        return -1
-    total = 0
-    for i in range(m):
-        out_src[i], out_node[i], out_cur[i] = src[i], node[i], cur[i]
-        total += eoff[node[i] + 1] - eoff[node[i]]
     lo = 0
     while lo < m:
         if total > max_tokens:
@@ -48,6 +39,22 @@ def walk_levels(trans, coff, byte, eoff, src, node, cur, max_tokens, out_src, ou
                 m += 1
         lo = hi
     return -2 if total > max_tokens else m
+
+
+@njit("i8(i4[:, ::1], i8[::1], u1[::1], i8[::1], i4[::1], i8[::1], i4[::1], i8, i4[::1], i8[::1], i4[::1])", cache=True, nogil=True)
+def walk_levels(trans, coff, byte, eoff, src, node, cur, max_tokens, out_src, out_node, out_cur):
+    """Every (src, trie node, DFA state) the walk down the trie reaches from the given ones, level
+    by level (each level in its parents' order), written to the ``out_`` arrays: how many, or
+    -1 when they are too short, or -2 once the tokens ending on the nodes reached pass
+    ``max_tokens`` (the walk then stops)."""
+    m = len(src)
+    if m > len(out_src):
+        return -1
+    total = 0
+    for i in range(m):
+        out_src[i], out_node[i], out_cur[i] = src[i], node[i], cur[i]
+        total += eoff[node[i] + 1] - eoff[node[i]]
+    return _levels(trans, coff, byte, eoff, m, total, max_tokens, out_src, out_node, out_cur)
 
 
 @njit("i8(u8[:, ::1], b1[::1], i8, u8, u8, i8[::1])", cache=True, nogil=True)
@@ -108,42 +115,30 @@ def steps_alike(trans, m, edges, zero_to, twins, ok):
     return m.shape[0]
 
 
-@njit("i8(i4[:, ::1], i8[::1], u1[::1], i8[::1], i4[::1], i8, i8[::1], b1[::1], i8[::1], i4[::1], i4[::1], i4[::1],"
-      " i4[::1], i4[::1], i8[::1])", cache=True, nogil=True)
-def walk_row(trans, coff, byte, eoff, ids, state, nodes, boundary, node_buf, cur_buf, tok, dst, hit_node, hit_state,
-             counts):
+@njit("i8(i4[:, ::1], i8[::1], u1[::1], i8[::1], i4[::1], i8, i8[::1], b1[::1], i4[::1], i8[::1], i4[::1], i4[::1],"
+      " i4[::1], i4[::1], i4[::1], i8[::1])", cache=True, nogil=True)
+def walk_row(trans, coff, byte, eoff, ids, state, nodes, boundary, src_buf, node_buf, cur_buf, tok, dst, hit_node,
+             hit_state, counts):
     """One state's walk down the trie below ``nodes`` (their bytes read; the root for a whole row),
-    as walk_levels walks it, with the tokens ending on the way and, where ``boundary`` is not
+    walked as walk_levels walks, with the tokens ending on the way and, where ``boundary`` is not
     empty, the (node, state) pairs standing on a boundary state: tokens and their next states to
     ``tok``/``dst``, pairs to ``hit_node``/``hit_state``, their counts to ``counts``. Returns how
     many nodes were reached, -1 when the ``_buf`` arrays are too short, -3 when ``tok`` is (the
     count it needs is in ``counts[0]``)."""
     dead = trans.shape[0] - 1
-    size = len(node_buf)
     m = 0
     for j in range(len(nodes)):
         for child in range(coff[nodes[j]], coff[nodes[j] + 1]):
             nxt = trans[state, byte[child]]
             if nxt == dead:
                 continue
-            if m == size:
+            if m == len(node_buf):
                 return -1
-            node_buf[m], cur_buf[m] = child, nxt
+            src_buf[m], node_buf[m], cur_buf[m] = 0, child, nxt
             m += 1
-    lo = 0
-    while lo < m:
-        hi = m
-        for i in range(lo, hi):
-            parent, at = node_buf[i], cur_buf[i]
-            for child in range(coff[parent], coff[parent + 1]):
-                nxt = trans[at, byte[child]]
-                if nxt == dead:
-                    continue
-                if m == size:
-                    return -1
-                node_buf[m], cur_buf[m] = child, nxt
-                m += 1
-        lo = hi
+    m = _levels(trans, coff, byte, eoff, m, 0, 1 << 62, src_buf, node_buf, cur_buf)
+    if m < 0:
+        return m
     k, h, room = 0, 0, len(tok)
     marks = len(boundary) > 0
     for i in range(m):
@@ -157,7 +152,6 @@ def walk_row(trans, coff, byte, eoff, ids, state, nodes, boundary, node_buf, cur
             k += 1
     counts[0], counts[1] = k, h
     return -3 if k > room else m
-
 
 def _first_calls() -> None:
     """Call each kernel once on a one-state DFA: a kernel's first call in a process finishes
@@ -173,7 +167,7 @@ def _first_calls() -> None:
     class_maps(trans, np.zeros((0, 3), dtype=np.int64), one32, m)
     steps_alike(trans, m, np.zeros((1, 3), dtype=np.int64), one32, True, np.empty((1, 1), dtype=bool))
     walk_row(trans, np.array([1, 1], dtype=np.int64), np.zeros(1, dtype=np.uint8), np.zeros(2, dtype=np.int64), one32, 0,
-             one64, np.zeros(0, dtype=bool), np.empty(1, dtype=np.int64), np.empty(1, dtype=np.int32),
+             one64, np.zeros(0, dtype=bool), np.empty(1, dtype=np.int32), np.empty(1, dtype=np.int64), np.empty(1, dtype=np.int32),
              np.empty(1, dtype=np.int32), np.empty(1, dtype=np.int32), np.empty(1, dtype=np.int32),
              np.empty(1, dtype=np.int32), np.empty(2, dtype=np.int64))
 
