@@ -176,14 +176,16 @@ def test_rows_beside_names_a_key_steers_around_are_the_byte_walk(qwen3_tokenizer
 
 
 @pytest.mark.parametrize("name", ["qwen3", "mistral"])
-@pytest.mark.parametrize("regex", ['"[a-z0-9_]*"', r'[a-z]{0,6}[\x00-\x09]', '"[A-Za-z+.-]{2,9}"', "[0-9a-f]{8}-[0-9a-f]{4}", '"[ !#-~]*"'])
+@pytest.mark.parametrize("regex", ['"[a-z0-9_]*"', r'[a-z]{0,6}[\x00-\x09]', '"[A-Za-z+.-]{2,9}"', "[0-9a-f]{8}-[0-9a-f]{4}", '"[ !#-~]*"',
+                                   '"[ !#-~]{2,9}"'])
 def test_ascii_class_rows_are_the_byte_walk(name, regex):
     """A class of ASCII bytes has its run read from the trie's path bytes, not walked: every
-    state's row (its class block and walked tokens) is the token-by-token byte walk."""
+    state's row (its class block and walked tokens) is the token-by-token byte walk, and so is
+    its mask's bools (a narrow class's set from its tokens, a wide one's looked up per token)."""
     vocab = build_vocab(load_tokenizer(name))
     walk = _byte_walk(vocab)
     lazy = compile_regex(regex, vocab, timeout=60, lazy=True)
-    blocks = 0
+    blocks = masked = 0
     for state in range(len(lazy.final)):
         blocks += lazy.parts(state)[0] is not None
         ids, targets = lazy.row(state)
@@ -192,7 +194,12 @@ def test_ascii_class_rows_are_the_byte_walk(name, regex):
         assert np.array_equal(ids[order], want_ids), (regex, state)
         differ = targets[order] != want
         assert all(np.array_equal(lazy.trans[a], lazy.trans[b]) for a, b in set(zip(targets[order][differ], want[differ])))
+        bits = lazy.allowed_bits(state, 1 << 30, len(vocab.outlines_map) + 1000)
+        if bits is not None:
+            assert np.array_equal(np.flatnonzero(bits), want_ids), (regex, state)
+            masked += lazy.parts(state)[0] is not None
     assert blocks, regex  # some state's tokens came as a class block
+    assert masked, regex  # and some block's mask was read as bools
 
 
 def test_budget_below_min_tokens_is_refused_before_generation(qwen3_tokenizer):

@@ -10,6 +10,7 @@ in one precomputed block (see _Run). The result is the same automaton as outline
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from ..symbols import FORGE_BYTE, SPECIAL_CLASS
 from ..vocabulary import Vocab
 from .automaton import FEW_BANNED, UNREACHABLE, Automaton, bfs, ranges, sorted_unique, state_graph
 from .byte_dfa import byte_dfa
-from .kernels import ascii_inside, class_maps, steps_alike, walk_levels, walk_row
+from .kernels import ascii_exits, ascii_tokens, class_maps, steps_alike, walk_levels, walk_row
 
 DEFAULT_MAX_EDGES = 64_000_000  # token transitions per automaton (about 12 bytes each while building)
 NO_EDGE_LIMIT = 1 << 62  # max_edges of a walk that is never bounded (one state's row, a bound's table)
@@ -40,6 +41,9 @@ CHAINS = Cache("chain maps", 1 << 12)
 # steering around declared names: its trie's letters) takes the string's run less the tokens
 # beginning with those bytes, rather than a run of its own class (20 ms over the whole trie)
 MAX_SKIPPED_FIRST = 24
+# a run of fewer than a 4th of the row's tokens sets its allowed ones (Block.bits) rather than
+# looking every token id up in its cells
+SPARSE_RUN = 4
 # by (id(run), width, the cells allowed): a class's allowed tokens as bools (Block.bits), with the run
 CLASS_BITS = Cache("class token bits", 64 << 20, lambda v: v[1].nbytes)
 TRIE_LOCK = threading.Lock()  # one trie build at a time (it takes seconds and much memory)
@@ -59,6 +63,7 @@ class _Trie:
     ``above_wide[n]`` whether a non-ASCII byte is among them; ``spelled[i]`` and
     ``spelled_wide[i]`` the same of token i's bytes (wide when it has none): an ASCII class's
     tokens and exits are read from them (``_ascii_run``) without walking the trie.
+    ``length[i]`` is token i's length in bytes.
     """
 
     coff: np.ndarray
@@ -73,12 +78,14 @@ class _Trie:
     above_wide: np.ndarray
     spelled: np.ndarray
     spelled_wide: np.ndarray
+    length: np.ndarray
     key: str  # the vocabulary's fingerprint
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.coff, self.byte, self.ids, self.eoff, self.parent, self.doff, self.node_of_id,
-                                      self.first, self.above, self.above_wide, self.spelled, self.spelled_wide))
+                                      self.first, self.above, self.above_wide, self.spelled, self.spelled_wide,
+                                      self.length))
 
 
 def vocabulary_trie(vocab: Vocab) -> _Trie:
@@ -128,6 +135,7 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
                     parent=parent, doff=doff, node_of_id=node_of_id, first=first,
                     above=np.ascontiguousarray(path[:, parent].T), above_wide=wide[parent],
                     spelled=np.ascontiguousarray(path[:, node_of_id].T), spelled_wide=wide[node_of_id],
+                    length=np.append(np.searchsorted(doff, np.arange(n), side="right") - 1, 0)[node_of_id].astype(np.int16),
                     key=vocab.fingerprint)
         for char_class in COMMON_CLASSES:
             _ = _run_for(got, char_class).outside  # built now: a string state's mask is these less a few
@@ -231,6 +239,9 @@ class _Run:
 
 
 def _run(trie: "_Trie", char_class: str) -> _Run:
+    plain = _plain_ascii(char_class)
+    if plain is not None:  # no regex to compile (~1 ms)
+        return _ascii_run(trie, plain)
     trans, _ = byte_dfa(f"(?:{char_class})*")
     c = trans.shape[0] - 1
     src, byte = np.nonzero(trans[:c] != c)
@@ -251,8 +262,6 @@ def _run(trie: "_Trie", char_class: str) -> _Run:
                 nxt.append(d)
         frontier = nxt
     tree = np.asarray(tree, dtype=np.int64).reshape(-1, 3)
-    if len(edges) and not edges[:, [0, 2]].any() and edges[:, 1].max() < 128:  # each character one ASCII byte
-        return _ascii_run(trie, trans, edges, tree)
     # the trie walked down from the root, one level at a time, through the nodes still inside the
     # class (a narrow class's few; much of a level, all of it): each level's arrays are its own, as
     # arrays over every trie node faulted in ~1,700 fresh pages (~4 ms) in a new process
@@ -313,37 +322,45 @@ def _token_cells(trie: _Trie, size: int, ids: np.ndarray, cells: np.ndarray) -> 
     return out
 
 
-def _ascii_run(trie: _Trie, trans: np.ndarray, edges: np.ndarray, tree: np.ndarray) -> _Run:
-    """``_run`` of a class of ASCII bytes (its automaton loops on state 0, one byte a character):
-    a token is inside when all its bytes are in the class, k is 0 and j its length; an exit is
-    a node outside whose parent is inside. Read from the trie's path bytes, not walked."""
-    c = trans.shape[0] - 1
+def _ascii_run(trie: _Trie, class_bytes: np.ndarray) -> _Run:
+    """``_run`` of a class of ASCII bytes (its automaton one state looping on them): a token is
+    inside when all its bytes are in the class, k is 0 and j its length; an exit is a node
+    outside whose parent is inside. Read from the trie's path bytes, not walked."""
+    trans = np.ones((2, 256), dtype=np.int32)
+    trans[0, class_bytes] = 0
+    edges = np.stack([np.zeros_like(class_bytes), class_bytes, np.zeros_like(class_bytes)], axis=1).astype(np.int64)
     allowed = trans[0, :128] == 0
     bits = np.zeros(2, dtype=np.uint64)
-    for b in np.flatnonzero(allowed).tolist():
+    for b in class_bytes.tolist():
         bits[b >> 6] |= np.uint64(1) << np.uint64(b & 63)
-    outside = ~bits
+    low, high = ~bits
     banned = np.append(~allowed, np.ones(128, dtype=bool))  # by byte: a byte no class character is
-
-    def within(words: np.ndarray, wide: np.ndarray, start: int) -> np.ndarray:
-        out = np.empty(ascii_inside(words, wide, start, outside[0], outside[1], np.empty(0, dtype=np.int64)),
-                       dtype=np.int64)
-        ascii_inside(words, wide, start, outside[0], outside[1], out)
-        return out
-    ids = within(trie.spelled, trie.spelled_wide, 0).astype(np.int32)
-    # nodes below the root whose parent's path is inside and whose own byte leaves the class
-    under = within(trie.above, trie.above_wide, 1)
-    exits = under[banned[trie.byte[under]]].astype(np.int32)
-    end = trie.node_of_id[ids]
-    j = (np.searchsorted(trie.doff, end, side="right") - 1).astype(np.int32)
-    exit_j = (np.searchsorted(trie.doff, exits, side="right") - 2).astype(np.int32)
+    # one pass each into arrays as long as the trie's (their unwritten pages never touched), then
+    # copies of what was written
+    ids, j = np.empty(len(trie.spelled_wide), dtype=np.int32), np.empty(len(trie.spelled_wide), dtype=np.int32)
+    m = ascii_tokens(trie.spelled, trie.spelled_wide, trie.length, low, high, ids, j)
+    ids, j = ids[:m].copy(), j[:m].copy()
+    exits, exit_j = np.empty(len(trie.byte), dtype=np.int32), np.empty(len(trie.byte), dtype=np.int32)
+    m = ascii_exits(trie.above, trie.above_wide, trie.byte, banned, trie.doff, low, high, exits, exit_j)
+    exits, exit_j = exits[:m].copy(), exit_j[:m].copy()
     k, exit_k = np.zeros(len(ids), dtype=np.int32), np.zeros(len(exits), dtype=np.int32)
-    present = np.zeros((int(max(j.max(initial=0), exit_j.max(initial=0))) + 1, c), dtype=bool)
+    present = np.zeros((int(max(j.max(initial=0), exit_j.max(initial=0))) + 1, 1), dtype=bool)
     present[j, 0] = True
-    token_cell = _token_cells(trie, present.size, ids, j * c)
-    one_byte = np.flatnonzero(allowed)
-    return _Run(trans, edges, tree, ids, k, j, exits, exit_k, exit_j, int(one_byte[0]) if len(one_byte) else -1,
-                j * c, exit_j * c, trie.byte[exits], present, token_cell, trie.first[end])
+    token_cell = _token_cells(trie, present.size, ids, j)
+    return _Run(trans, edges, np.zeros((0, 3), dtype=np.int64), ids, k, j, exits, exit_k, exit_j,
+                int(class_bytes[0]) if len(class_bytes) else -1, j, exit_j, trie.byte[exits], present, token_cell,
+                trie.first[trie.node_of_id[ids]])
+
+
+def _plain_ascii(char_class: str) -> np.ndarray | None:
+    """The bytes of a class written as _hex writes ASCII bytes (``[\\x41\\x42]``), or None."""
+    found = _PLAIN_ASCII.fullmatch(char_class)
+    if found is None:
+        return None
+    return np.unique([int(h, 16) for h in found.group(1).split("\\x")[1:]]).astype(np.int64)
+
+
+_PLAIN_ASCII = re.compile(r"\[((?:\\x[0-7][0-9A-F])+)\]")
 
 
 @dataclass(frozen=True)
@@ -414,7 +431,13 @@ class Block:
         return out[:np.searchsorted(out, width)]
 
     def _bits(self, width: int) -> np.ndarray:
-        cell = self.run.token_cell[:width]
+        run = self.run
+        if len(run.ids) * SPARSE_RUN < width:  # a narrow class (hex digits): set its few tokens
+            out = np.zeros(width, dtype=bool)
+            ids = run.ids[self.live.reshape(-1)[run.cell]]
+            out[ids[ids < width]] = True
+            return out
+        cell = run.token_cell[:width]
         out = np.append(self.live.reshape(-1), False)[cell]
         if len(cell) < width:
             out = np.append(out, np.zeros(width - len(cell), dtype=bool))

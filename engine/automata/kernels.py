@@ -57,17 +57,33 @@ def walk_levels(trans, coff, byte, eoff, src, node, cur, max_tokens, out_src, ou
     return _levels(trans, coff, byte, eoff, m, total, max_tokens, out_src, out_node, out_cur)
 
 
-@njit("i8(u8[:, ::1], b1[::1], i8, u8, u8, i8[::1])", cache=True, nogil=True)
-def ascii_inside(words, wide, start, outside_low, outside_high, out):
-    """How many positions from ``start`` on have bytes (as 128 bits, two words per row of ``words``;
-    ``wide`` when a non-ASCII byte is among them) all in an ASCII class, given the bits outside it;
-    the first ``len(out)`` of them are written to ``out`` (call with an empty one to count: a
-    vocabulary-wide scratch array would be fresh pages, each a fault, in a forked child)."""
+@njit("i8(u8[:, ::1], b1[::1], i2[::1], u8, u8, i4[::1], i4[::1])", cache=True, nogil=True)
+def ascii_tokens(spelled, wide, length, outside_low, outside_high, ids, j):
+    """The tokens whose bytes (as 128 bits, two words per row of ``spelled``; ``wide`` when a
+    non-ASCII byte is among them) are all in an ASCII class, given the bits outside it: their ids
+    and ``length``s written to ``ids`` and ``j`` (as long as the vocabulary: only the pages
+    written are ever touched); how many."""
     m = 0
-    for i in range(start, len(wide)):
-        if not wide[i] and (words[i, 0] & outside_low) == 0 and (words[i, 1] & outside_high) == 0:
-            if m < len(out):
-                out[m] = i
+    for i in range(len(wide)):
+        if not wide[i] and (spelled[i, 0] & outside_low) == 0 and (spelled[i, 1] & outside_high) == 0:
+            ids[m] = i
+            j[m] = length[i]
+            m += 1
+    return m
+
+
+@njit("i8(u8[:, ::1], b1[::1], u1[::1], b1[::1], i8[::1], u8, u8, i4[::1], i4[::1])", cache=True, nogil=True)
+def ascii_exits(above, wide, byte, banned, doff, outside_low, outside_high, exits, j):
+    """The trie nodes where a token first leaves an ASCII class: the path to the parent (bits in
+    ``above``, as ascii_tokens reads them) is inside and the node's own byte is ``banned``.
+    Written to ``exits`` with the characters before the node in ``j``; how many."""
+    m, depth = 0, 1
+    for i in range(1, len(wide)):
+        while i >= doff[depth + 1]:
+            depth += 1
+        if banned[byte[i]] and not wide[i] and (above[i, 0] & outside_low) == 0 and (above[i, 1] & outside_high) == 0:
+            exits[m] = i
+            j[m] = depth - 1
             m += 1
     return m
 
@@ -161,8 +177,10 @@ def _first_calls() -> None:
     walk_levels(trans, np.array([1, 1], dtype=np.int64), np.zeros(1, dtype=np.uint8), np.zeros(2, dtype=np.int64),
                 one32, one64, one32, 0, np.empty(1, dtype=np.int32), np.empty(1, dtype=np.int64),
                 np.empty(1, dtype=np.int32))
-    ascii_inside(np.zeros((1, 2), dtype=np.uint64), np.zeros(1, dtype=bool), 0, np.uint64(1), np.uint64(1),
-                 np.empty(1, dtype=np.int64))
+    words, wide, doff = np.zeros((2, 2), dtype=np.uint64), np.ones(2, dtype=bool), np.array([0, 1, 2], dtype=np.int64)
+    ascii_tokens(words, wide, np.zeros(2, dtype=np.int16), np.uint64(1), np.uint64(1), np.empty(2, dtype=np.int32), np.empty(2, dtype=np.int32))
+    ascii_exits(words, wide, np.zeros(2, dtype=np.uint8), np.zeros(256, dtype=bool), doff, np.uint64(1), np.uint64(1),
+                np.empty(2, dtype=np.int32), np.empty(2, dtype=np.int32))
     m = np.empty((1, 1), dtype=np.int32)
     class_maps(trans, np.zeros((0, 3), dtype=np.int64), one32, m)
     steps_alike(trans, m, np.zeros((1, 3), dtype=np.int64), one32, True, np.empty((1, 1), dtype=bool))

@@ -286,6 +286,8 @@ class LinkedAutomaton:
         if got is not None:
             return got
         out, seen, i = [c], {c}, 0
+        closed: list = []  # configurations of returns' closures, whose own reach is in them
+        depth = len(c[0])
         while i < len(out):
             stack, p, s = out[i]
             i += 1
@@ -293,12 +295,20 @@ class LinkedAutomaton:
             if len(stack) < MAX_STACK:
                 nxt += [(stack + ((p, v),), k, 0) for k, v in self.calls[p].get(s, ())]
             if stack and self.final[p][_state(s)]:
-                nxt.append((stack[:-1], *stack[-1]))
+                back = (stack[:-1], *stack[-1])
+                if len(stack) <= depth:
+                    # a return below c's own stack: its closure (kept) is what every final state
+                    # returning there shares, taken whole rather than walked again
+                    whole = [x for x in self.closure(back) if x not in seen]
+                    seen.update(whole)
+                    closed += whole
+                else:
+                    nxt.append(back)
             for x in nxt:
                 if x not in seen:
                     seen.add(x)
                     out.append(x)
-        return CLOSURES.put((self.key, c), tuple(out))
+        return CLOSURES.put((self.key, c), tuple(out + closed))
 
     @property
     def initial_state(self) -> tuple:
@@ -413,13 +423,19 @@ class LinkedAutomaton:
             # every token standing on a boundary walks on together with the others entering the
             # same configuration: a number's final states all return to one caller state, and
             # walking on from each of them alone read a call site's rest once per final state
-            entered: dict[Config, list[np.ndarray]] = {}
-            for u, nodes in _grouped(hit_node, hit_state):
+            groups = _grouped(hit_node, hit_state)
+            entered: dict[Config, list[int]] = {}
+            for i, (u, _) in enumerate(groups):
                 for e in self.closure((stack, p, u))[1:]:
-                    entered.setdefault(e, []).append(nodes)
+                    entered.setdefault(e, []).append(i)
             trie = vocabulary_trie(self.vocab)
-            for e, nodes in entered.items():
-                nodes = nodes[0] if len(nodes) == 1 else sorted_unique(np.concatenate(nodes))
+            merged: dict[tuple, np.ndarray] = {}  # the configurations a return enters share their nodes
+            for e, which in entered.items():
+                key = tuple(which)
+                nodes = merged.get(key)
+                if nodes is None:
+                    nodes = merged[key] = groups[which[0]][1] if len(which) == 1 else \
+                        sorted_unique(np.concatenate([groups[i][1] for i in which]))
                 self._read(e, self._descend(e[1], e[2], nodes, trie), toks, costs)
         return block
 
