@@ -177,7 +177,7 @@ def test_rows_beside_names_a_key_steers_around_are_the_byte_walk(qwen3_tokenizer
 
 @pytest.mark.parametrize("name", ["qwen3", "mistral"])
 @pytest.mark.parametrize("regex", ['"[a-z0-9_]*"', r'[a-z]{0,6}[\x00-\x09]', '"[A-Za-z+.-]{2,9}"', "[0-9a-f]{8}-[0-9a-f]{4}", '"[ !#-~]*"',
-                                   '"[ !#-~]{2,9}"'])
+                                   '"[ !#-~]{2,9}"', '"[0-9A-Fa-f]{4,32}"'])
 def test_ascii_class_rows_are_the_byte_walk(name, regex):
     """A class of ASCII bytes has its run read from the trie's path bytes, not walked: every
     state's row (its class block and walked tokens) is the token-by-token byte walk, and so is

@@ -24,7 +24,7 @@ from ..symbols import FORGE_BYTE, SPECIAL_CLASS
 from ..vocabulary import Vocab
 from .automaton import FEW_BANNED, UNREACHABLE, Automaton, bfs, ranges, sorted_unique, state_graph
 from .byte_dfa import byte_dfa
-from .kernels import ascii_exits, ascii_tokens, class_maps, steps_alike, walk_levels, walk_row
+from .kernels import ascii_exits, ascii_tokens, ascii_walk, class_maps, steps_alike, walk_levels, walk_row
 
 DEFAULT_MAX_EDGES = 64_000_000  # token transitions per automaton (about 12 bytes each while building)
 NO_EDGE_LIMIT = 1 << 62  # max_edges of a walk that is never bounded (one state's row, a bound's table)
@@ -41,6 +41,8 @@ CHAINS = Cache("chain maps", 1 << 12)
 # steering around declared names: its trie's letters) takes the string's run less the tokens
 # beginning with those bytes, rather than a run of its own class (20 ms over the whole trie)
 MAX_SKIPPED_FIRST = 24
+# an ASCII class of at most this many bytes has its run walked in the trie (see _ascii_run)
+WALKED_CLASS_BYTES = 24
 # a run of fewer than a 4th of the row's tokens sets its allowed ones (Block.bits) rather than
 # looking every token id up in its cells
 SPARSE_RUN = 4
@@ -325,31 +327,53 @@ def _token_cells(trie: _Trie, size: int, ids: np.ndarray, cells: np.ndarray) -> 
 def _ascii_run(trie: _Trie, class_bytes: np.ndarray) -> _Run:
     """``_run`` of a class of ASCII bytes (its automaton one state looping on them): a token is
     inside when all its bytes are in the class, k is 0 and j its length; an exit is a node
-    outside whose parent is inside. Read from the trie's path bytes, not walked."""
+    outside whose parent is inside. A narrow class's few nodes are walked in the trie; a wide
+    one's are read from the trie's path bytes, one pass over the tokens and one over the nodes
+    (walking them costs 2-4x more once the class holds more than a few dozen bytes)."""
     trans = np.ones((2, 256), dtype=np.int32)
     trans[0, class_bytes] = 0
     edges = np.stack([np.zeros_like(class_bytes), class_bytes, np.zeros_like(class_bytes)], axis=1).astype(np.int64)
-    allowed = trans[0, :128] == 0
+    allowed = trans[0] == 0
+    if len(class_bytes) <= WALKED_CLASS_BYTES:
+        ids, j, exits, exit_j, token_cell = _walked_run(trie, allowed)
+    else:
+        ids, j, exits, exit_j = _read_run(trie, allowed)
+    present = np.zeros((int(max(j.max(initial=0), exit_j.max(initial=0))) + 1, 1), dtype=bool)
+    present[j, 0] = True
+    if len(class_bytes) <= WALKED_CLASS_BYTES:
+        token_cell[token_cell < 0] = present.size
+    else:
+        token_cell = _token_cells(trie, present.size, ids, j)
+    return _Run(trans, edges, np.zeros((0, 3), dtype=np.int64), ids, np.zeros(len(ids), dtype=np.int32), j, exits,
+                np.zeros(len(exits), dtype=np.int32), exit_j, int(class_bytes[0]) if len(class_bytes) else -1, j, exit_j,
+                trie.byte[exits], present, token_cell, trie.first[trie.node_of_id[ids]])
+
+
+def _walked_run(trie: _Trie, allowed: np.ndarray) -> tuple:
+    """(ids, j, exits, exit_j, token cells with -1 for no cell) of an ASCII class, walked."""
+    n = len(trie.byte)
+    token_cell = np.full(len(trie.node_of_id), -1, dtype=np.int16)
+    exits, exit_j = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)
+    m = ascii_walk(trie.coff, trie.byte, trie.eoff, trie.ids, allowed, token_cell, exits, exit_j,
+                   np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int16))
+    ids = np.flatnonzero(token_cell >= 0).astype(np.int32)
+    return ids, token_cell[ids].astype(np.int32), exits[:m].copy(), exit_j[:m].copy(), token_cell
+
+
+def _read_run(trie: _Trie, allowed: np.ndarray) -> tuple:
+    """(ids, j, exits, exit_j) of an ASCII class, read from the trie's path bytes."""
     bits = np.zeros(2, dtype=np.uint64)
-    for b in class_bytes.tolist():
+    for b in np.flatnonzero(allowed[:128]).tolist():
         bits[b >> 6] |= np.uint64(1) << np.uint64(b & 63)
     low, high = ~bits
-    banned = np.append(~allowed, np.ones(128, dtype=bool))  # by byte: a byte no class character is
     # one pass each into arrays as long as the trie's (their unwritten pages never touched), then
     # copies of what was written
     ids, j = np.empty(len(trie.spelled_wide), dtype=np.int32), np.empty(len(trie.spelled_wide), dtype=np.int32)
     m = ascii_tokens(trie.spelled, trie.spelled_wide, trie.length, low, high, ids, j)
     ids, j = ids[:m].copy(), j[:m].copy()
     exits, exit_j = np.empty(len(trie.byte), dtype=np.int32), np.empty(len(trie.byte), dtype=np.int32)
-    m = ascii_exits(trie.above, trie.above_wide, trie.byte, banned, trie.doff, low, high, exits, exit_j)
-    exits, exit_j = exits[:m].copy(), exit_j[:m].copy()
-    k, exit_k = np.zeros(len(ids), dtype=np.int32), np.zeros(len(exits), dtype=np.int32)
-    present = np.zeros((int(max(j.max(initial=0), exit_j.max(initial=0))) + 1, 1), dtype=bool)
-    present[j, 0] = True
-    token_cell = _token_cells(trie, present.size, ids, j)
-    return _Run(trans, edges, np.zeros((0, 3), dtype=np.int64), ids, k, j, exits, exit_k, exit_j,
-                int(class_bytes[0]) if len(class_bytes) else -1, j, exit_j, trie.byte[exits], present, token_cell,
-                trie.first[trie.node_of_id[ids]])
+    m = ascii_exits(trie.above, trie.above_wide, trie.byte, ~allowed, trie.doff, low, high, exits, exit_j)
+    return ids, j, exits[:m].copy(), exit_j[:m].copy()
 
 
 def _plain_ascii(char_class: str) -> np.ndarray | None:

@@ -88,6 +88,30 @@ def ascii_exits(above, wide, byte, banned, doff, outside_low, outside_high, exit
     return m
 
 
+@njit("i8(i8[::1], u1[::1], i8[::1], i4[::1], b1[::1], i2[::1], i4[::1], i4[::1], i4[::1], i2[::1])", cache=True, nogil=True)
+def ascii_walk(coff, byte, eoff, ids, allowed, cell, exits, exit_j, queue, depth):
+    """The trie walked from the root through the nodes whose bytes are all ``allowed`` (an ASCII
+    class): each token ending on such a node gets its length as its ``cell``; each child of one
+    on a byte outside the class is an exit, written to ``exits`` (in node order) with the
+    characters before it in ``exit_j``; how many exits. ``queue`` and ``depth`` are scratch as
+    long as the trie (only the pages the walk writes are touched)."""
+    queue[0], depth[0] = 0, 0
+    head, tail, m = 0, 1, 0
+    while head < tail:
+        node, d = queue[head], depth[head]
+        head += 1
+        for pos in range(eoff[node], eoff[node + 1]):
+            cell[ids[pos]] = d
+        for child in range(coff[node], coff[node + 1]):
+            if allowed[byte[child]]:
+                queue[tail], depth[tail] = child, d + 1
+                tail += 1
+            else:
+                exits[m], exit_j[m] = child, d
+                m += 1
+    return m
+
+
 @njit("i8(i4[:, ::1], i8[:, ::1], i4[::1], i4[:, ::1])", cache=True, nogil=True)
 def class_maps(trans, tree, starts, m):
     """Fill ``m``: per start state, the DFA state each class automaton state maps to, row i
@@ -181,6 +205,9 @@ def _first_calls() -> None:
     ascii_tokens(words, wide, np.zeros(2, dtype=np.int16), np.uint64(1), np.uint64(1), np.empty(2, dtype=np.int32), np.empty(2, dtype=np.int32))
     ascii_exits(words, wide, np.zeros(2, dtype=np.uint8), np.zeros(256, dtype=bool), doff, np.uint64(1), np.uint64(1),
                 np.empty(2, dtype=np.int32), np.empty(2, dtype=np.int32))
+    ascii_walk(np.array([1, 1], dtype=np.int64), np.zeros(1, dtype=np.uint8), np.zeros(2, dtype=np.int64), one32,
+               np.zeros(256, dtype=bool), np.zeros(1, dtype=np.int16), np.empty(1, dtype=np.int32), np.empty(1, dtype=np.int32),
+               np.empty(1, dtype=np.int32), np.empty(1, dtype=np.int16))
     m = np.empty((1, 1), dtype=np.int32)
     class_maps(trans, np.zeros((0, 3), dtype=np.int64), one32, m)
     steps_alike(trans, m, np.zeros((1, 3), dtype=np.int64), one32, True, np.empty((1, 1), dtype=bool))
