@@ -119,10 +119,11 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "RESULTS_VERSIONS.md"))
     ap.add_argument("--head-extra-keys", action="store_true",
                     help="the head compiles with extra_keys=True (with --base HEAD: that option's cost alone)")
+    ap.add_argument("--extra-keys", action="store_true", help="both versions compile with extra_keys=True")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        return worker(args.worker, args.per_subset, args.limit, args.head_extra_keys)
+        return worker(args.worker, args.per_subset, args.limit, args.head_extra_keys or args.extra_keys)
     if not args.base:
         ap.error("--base is required")
     args.argv = " ".join(sys.argv[1:])
@@ -132,9 +133,12 @@ def main() -> None:
     dirty = " with uncommitted changes" if git("status", "--porcelain", "--", "engine") else ""
     labels = {"base": git("rev-parse", "--short", args.base), "head": git("rev-parse", "--short", "HEAD") + dirty
               + (" with extra_keys=True" if args.head_extra_keys else "")}
+    if args.extra_keys:
+        labels = {k: f"{v} with extra_keys=True" for k, v in labels.items()}
     try:
         cmd = [sys.executable, __file__, "--per-subset", str(args.per_subset), "--limit", str(args.limit)]
-        extra = {"base": [], "head": ["--head-extra-keys"] if args.head_extra_keys else []}
+        both = ["--extra-keys"] if args.extra_keys else []
+        extra = {"base": both, "head": both + (["--head-extra-keys"] if args.head_extra_keys else [])}
         procs = {k: subprocess.Popen(cmd + extra[k] + ["--worker", t], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      text=True) for k, t in (("base", tree), ("head", str(ROOT)))}
         count = [json.loads(p.stdout.readline())["schemas"] for p in procs.values()][0]

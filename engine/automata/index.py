@@ -140,7 +140,8 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
                     length=np.append(np.searchsorted(doff, np.arange(n), side="right") - 1, 0)[node_of_id].astype(np.int16),
                     key=vocab.fingerprint)
         for char_class in COMMON_CLASSES:
-            _ = _run_for(got, char_class).outside  # built now: a string state's mask is these less a few
+            run = _run_for(got, char_class)
+            _ = run.outside, run.by_first  # built now: a string state's mask is these less a few
         _classify_common_rows()
         return TRIES.put(vocab.fingerprint, got)
 
@@ -233,6 +234,13 @@ class _Run:
     def cell_counts(self) -> np.ndarray:
         """How many of the run's tokens end in each cell (flat)."""
         return np.bincount(self.cell, minlength=self.present.size)
+
+    @cached_property
+    def by_first(self) -> tuple[np.ndarray, np.ndarray]:
+        """The run's token positions ordered by first byte, and where each byte's begin (257+1
+        offsets, 256 for the root): the tokens a run less some first bytes drops, by slices."""
+        order = np.argsort(self.first, kind="stable").astype(np.int32)
+        return order, np.searchsorted(self.first[order], np.arange(258))
 
     @cached_property
     def outside(self) -> np.ndarray:
@@ -489,7 +497,8 @@ def _skipping(run: _Run, trie: _Trie, skip_first: bytes) -> _Run:
     skip = np.frombuffer(skip_first, dtype=np.uint8).astype(np.int64)
     skipped = np.zeros(257, dtype=bool)  # by first byte; 256 for the root
     skipped[skip] = True
-    drop = np.flatnonzero(skipped[run.first])
+    order, at = run.by_first
+    drop = np.sort(np.concatenate([order[at[b]:at[b + 1]] for b in skip.tolist()]))
     counts = run.cell_counts - np.bincount(run.cell[drop], minlength=run.present.size)
     present = (counts > 0).reshape(run.present.shape)
     out = ~skipped[trie.first[run.exits]]
@@ -545,6 +554,18 @@ def _chain_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarr
     """Which of ``states`` send many ASCII bytes to one other state (a bounded string counting its
     characters), grouped by those bytes, with the character classes to try as in _run_classes."""
     n = trans.shape[0] - 1
+    if len(states) == 1:  # one state's row, in Python: the numpy below costs ~0.13 ms a call
+        s = int(states[0])
+        groups: dict[int, list[int]] = {}  # by next state, in order of each one's first byte
+        for b, t in enumerate(trans[s, :128].tolist()):
+            if t != n and t != s:
+                groups.setdefault(t, []).append(b)
+        main = max(groups.values(), key=len, default=[])  # ties go to the lowest first byte
+        if len(main) < MIN_RUN_BYTES:
+            return []
+        inside = np.zeros((1, 128), dtype=bool)
+        inside[0, main] = True
+        return _classes_by_bytes(trans, states, inside, True)
     rows = trans[states, :128].astype(np.int64)
     wide = ((rows != n) & (rows != states[:, None])).sum(axis=1) >= MIN_RUN_BYTES
     if not wide.any():
@@ -618,11 +639,19 @@ def _chain_maps(trans: np.ndarray, run: _Run, state: int, twins: bool) -> np.nda
         chain, m, steps = found[2:]
     else:
         chain = [state]
-        for _ in range(len(run.present)):
+        while len(chain) <= len(run.present):
             chain.append(int(trans[chain[-1], run.one_byte]))
-        chain = np.asarray(chain, dtype=np.int32)
-        m = _class_rows(trans, run, chain[:-1])
-        steps = _chain_steps(trans, run, m, chain[1:], twins, skip_first=True)
+            if chain[-1] == chain[-2]:
+                break
+        # past a state the chain stays on (a key steering around declared names, then a plain
+        # string) every row is that state's: worked out once and repeated
+        loop = len(chain) - 1
+        chain = np.asarray(chain + [chain[-1]] * (len(run.present) + 1 - len(chain)), dtype=np.int32)
+        m = _class_rows(trans, run, chain[:loop])
+        steps = _chain_steps(trans, run, m, chain[1:loop + 1], twins, skip_first=True)
+        if loop < len(run.present):
+            m = np.concatenate([m, np.repeat(m[-1:], len(run.present) - loop, axis=0)])
+            steps = np.append(steps, np.repeat(steps[-1:], len(run.present) - loop))
     if chain[1] != state:
         nxt = np.append(chain[1:], trans[chain[-1], run.one_byte]).astype(np.int32)
         row = _class_rows(trans, run, nxt[-2:-1])
