@@ -593,24 +593,27 @@ def test_dependent_keys_are_written_after_the_key_they_need():
 
 @pytest.mark.parametrize("min_p,max_p", [(1, None), (2, None), (3, 4)])
 def test_free_form_min_properties_writes_distinct_keys(min_p, max_p):
-    """A free-form object with minProperties writes min_p keys of distinct lengths first (one key
-    of any spelling when min_p is 1), then any more: repeated keys, escapes or same-length keys
-    past those can never leave fewer than min_p properties."""
+    """A free-form object with minProperties writes min_p keys that differ first (one key of any
+    spelling when min_p is 1): the i-th of i characters, the last no digit, or ending in the digit
+    i; then any more: repeated keys, escapes or look-alike keys past those can never leave fewer
+    than min_p properties."""
     import itertools
     schema = {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": min_p}
     if max_p:
         schema["maxProperties"] = max_p
     rx = py_regex(schema_to_regex(schema).regex)
-    keys = ["a", "b", "bb", "\\u0061", "ccc", "dd", ""]
+    keys = ["a", "b", "bb", "\\u0061", "ccc", "dd", "", "1", "x1", "\\u0031", "a\\u0031", "y2", "22", "1\\u0032"]
     accepted = 0
     for n in range(0, 6):
-        for combo in itertools.product(keys, repeat=n) if n < 4 else itertools.islice(itertools.product(keys, repeat=n), 3000):
+        for combo in itertools.product(keys, repeat=n) if n < 4 else itertools.islice(itertools.product(keys, repeat=n), 4000):
             text = "{" + ",".join(f'"{k}":1' for k in combo) + "}"
             if rx.fullmatch(text):
                 accepted += 1
                 jsonschema.validate(json.loads(text), schema)
     assert accepted > 0
     assert rx.fullmatch("{" + ",".join(['"a":1', '"bb":2', '"ccc":3'][:min_p]) + "}")
+    # numbered keys of one length, as people write them
+    assert rx.fullmatch("{" + ",".join(['"feed1":1', '"feed2":2', '"feed3":3'][:min_p]) + "}")
 
 
 

@@ -44,7 +44,16 @@ LINK_REPEATS_FROM = 16
 # MAX_CHUNKS of them (a {0,8192} string spelled at once is 131,000 DFA states)
 LINK_CHUNK, MAX_CHUNKS = 256, 256
 PLAIN_CHAR = rf'[^"\\\x00-\x1F{SPECIAL_CLASS}]'  # a string character written as itself
+NON_DIGIT_CHAR = rf'[^"\\\x00-\x1F0-9{SPECIAL_CLASS}]'
 MAX_EXCLUDED_KEY = 64  # longest declared name a key regex steers around (groups nest per character)
+
+
+def _distinct_key(i: int) -> str:
+    """The i-th (from 1) of a free-form object's first keys, which no other position can spell:
+    i characters without escapes, the last no digit, or (i up to 9) any key ending in the digit i
+    ("feed1", "feed2"). Two positions' keys differ in length or in their last character."""
+    length = f"{PLAIN_CHAR}{{{i - 1}}}{NON_DIGIT_CHAR}" if i > 1 else NON_DIGIT_CHAR
+    return f"(?:{length}|{STRING_CHAR}*{i})" if i <= 9 else length
 
 
 def _plain(c: str) -> bool:
@@ -101,7 +110,7 @@ def key_except(names: list[str]) -> str | None:
 # keys write undeclared ones (each declared key written copies the undeclared key's DFA states);
 # grammar.compile_json_schema links a schema whose objects hold more
 EXPANDED_EXTRA_AFTER = 8
-# free-form objects with minProperties write that many keys of distinct lengths, up to this many
+# free-form objects with minProperties write that many keys that differ (_distinct_key), up to this many
 MAX_FREE_MIN_PROPERTIES = 32
 MAX_DECIMALS = 6  # multipleOf 10**-k up to this k: 2**k exact fractions are written
 # past MAX_MULTIPLES within the bounds, each of the multiples this close to zero is still tried
@@ -1291,9 +1300,9 @@ class _Translator:
             if not min_p:
                 count = "*" if max_p is None else f"{{0,{max_p - 1}}}"
                 return rf"\{{{ws}(?:{member}(?:{ws},{ws}{member}){count})?{ws}\}}"
-            # min_p distinct keys first: keys of 1, 2, ... min_p characters without escapes (one
-            # key of any spelling when min_p is 1), then any more (a repeated key cannot make fewer)
-            firsts = [member] if min_p == 1 else [f'"{PLAIN_CHAR}{{{i}}}"{ws}:{ws}{value}' for i in range(1, min_p + 1)]
+            # min_p distinct keys first (one key of any spelling when min_p is 1), then any more (a
+            # repeated key cannot make fewer)
+            firsts = [member] if min_p == 1 else [f'"{_distinct_key(i)}"{ws}:{ws}{value}' for i in range(1, min_p + 1)]
             more = "*" if max_p is None else f"{{0,{max_p - min_p}}}"
             return rf"\{{{ws}{f'{ws},{ws}'.join(firsts)}(?:{ws},{ws}{member}){more}{ws}\}}"
         sep = f"{ws},{ws}"
