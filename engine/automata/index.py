@@ -63,8 +63,8 @@ class _Trie:
     ``first[n]`` is the first byte on the path to node n (256 for the root and for "no node").
     ``above[n]`` holds the ASCII bytes on the path to node n's parent as 128 bits (two words),
     ``above_wide[n]`` whether a non-ASCII byte is among them; ``spelled[i]`` and
-    ``spelled_wide[i]`` the same of token i's bytes (wide when it has none): an ASCII class's
-    tokens and exits are read from them (``_ascii_run``) without walking the trie.
+    ``spelled_wide[i]`` the same of token i's bytes (wide when it has none): a wide ASCII class's
+    tokens and exits are read from them (``_read_run``) without walking the trie.
     ``length[i]`` is token i's length in bytes.
     """
 
@@ -342,34 +342,36 @@ def _ascii_run(trie: _Trie, class_bytes: np.ndarray) -> _Run:
     trans[0, class_bytes] = 0
     edges = np.stack([np.zeros_like(class_bytes), class_bytes, np.zeros_like(class_bytes)], axis=1).astype(np.int64)
     allowed = trans[0] == 0
-    if len(class_bytes) <= WALKED_CLASS_BYTES:
-        ids, j, exits, exit_j, token_cell = _walked_run(trie, allowed)
-    else:
-        ids, j, exits, exit_j = _read_run(trie, allowed)
-    present = np.zeros((int(max(j.max(initial=0), exit_j.max(initial=0))) + 1, 1), dtype=bool)
-    present[j, 0] = True
-    if len(class_bytes) <= WALKED_CLASS_BYTES:
-        token_cell[token_cell < 0] = present.size
-    else:
-        token_cell = _token_cells(trie, present.size, ids, j)
+    ids, j, exits, exit_j, present, token_cell = \
+        (_walked_run if len(class_bytes) <= WALKED_CLASS_BYTES else _read_run)(trie, allowed)
     return _Run(trans, edges, np.zeros((0, 3), dtype=np.int64), ids, np.zeros(len(ids), dtype=np.int32), j, exits,
                 np.zeros(len(exits), dtype=np.int32), exit_j, int(class_bytes[0]) if len(class_bytes) else -1, j, exit_j,
                 trie.byte[exits], present, token_cell, trie.first[trie.node_of_id[ids]])
 
 
+def _ascii_present(j: np.ndarray, exit_j: np.ndarray) -> np.ndarray:
+    """An ASCII run's (rows, 1) cells some token ends in, from its tokens' and exits' lengths."""
+    present = np.zeros((int(max(j.max(initial=0), exit_j.max(initial=0))) + 1, 1), dtype=bool)
+    present[j, 0] = True
+    return present
+
+
 def _walked_run(trie: _Trie, allowed: np.ndarray) -> tuple:
-    """(ids, j, exits, exit_j, token cells with -1 for no cell) of an ASCII class, walked."""
+    """(ids, j, exits, exit_j, present, token cells) of an ASCII class, walked."""
     n = len(trie.byte)
-    token_cell = np.full(len(trie.node_of_id), -1, dtype=np.int16)
+    token_cell = np.full(len(trie.node_of_id), -1, dtype=np.int16)  # -1 until the table's size is known
     exits, exit_j = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)
     m = ascii_walk(trie.coff, trie.byte, trie.eoff, trie.ids, allowed, token_cell, exits, exit_j,
                    np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int16))
     ids = np.flatnonzero(token_cell >= 0).astype(np.int32)
-    return ids, token_cell[ids].astype(np.int32), exits[:m].copy(), exit_j[:m].copy(), token_cell
+    j, exits, exit_j = token_cell[ids].astype(np.int32), exits[:m].copy(), exit_j[:m].copy()
+    present = _ascii_present(j, exit_j)
+    token_cell[token_cell < 0] = present.size
+    return ids, j, exits, exit_j, present, token_cell
 
 
 def _read_run(trie: _Trie, allowed: np.ndarray) -> tuple:
-    """(ids, j, exits, exit_j) of an ASCII class, read from the trie's path bytes."""
+    """(ids, j, exits, exit_j, present, token cells) of an ASCII class, read from the trie's path bytes."""
     bits = np.zeros(2, dtype=np.uint64)
     for b in np.flatnonzero(allowed[:128]).tolist():
         bits[b >> 6] |= np.uint64(1) << np.uint64(b & 63)
@@ -381,7 +383,9 @@ def _read_run(trie: _Trie, allowed: np.ndarray) -> tuple:
     ids, j = ids[:m].copy(), j[:m].copy()
     exits, exit_j = np.empty(len(trie.byte), dtype=np.int32), np.empty(len(trie.byte), dtype=np.int32)
     m = ascii_exits(trie.above, trie.above_wide, trie.byte, ~allowed, trie.doff, low, high, exits, exit_j)
-    return ids, j, exits[:m].copy(), exit_j[:m].copy()
+    exits, exit_j = exits[:m].copy(), exit_j[:m].copy()
+    present = _ascii_present(j, exit_j)
+    return ids, j, exits, exit_j, present, _token_cells(trie, present.size, ids, j)
 
 
 def _plain_ascii(char_class: str) -> np.ndarray | None:

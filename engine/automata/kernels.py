@@ -193,6 +193,7 @@ def walk_row(trans, coff, byte, eoff, ids, state, nodes, boundary, src_buf, node
     counts[0], counts[1] = k, h
     return -3 if k > room else m
 
+
 def _first_calls() -> None:
     """Call each kernel once on a one-state DFA: a kernel's first call in a process finishes
     loading it (~0.2-0.6 ms), which a process forked after this import then never pays."""
