@@ -155,6 +155,7 @@ def test_rows_beside_names_a_key_steers_around_are_the_byte_walk(qwen3_tokenizer
     skipping = [s for s in range(len(lazy.final)) if (b := lazy.parts(s)[0]) is not None and len(b.run.skip_first)]
     others = [s for s in range(len(lazy.final)) if s not in skipping]
     assert skipping
+    assert any(lazy.parts(s)[0].run.steered for s in skipping)  # steered: only a name's prefixes walked
     # each check walks the whole vocabulary: 6 of those states, evenly spread, and 2 others
     masked = 0
     for state in skipping[::max(1, len(skipping) // 6)][:6] + others[::max(1, len(others) // 2)][:2]:
@@ -173,6 +174,40 @@ def test_rows_beside_names_a_key_steers_around_are_the_byte_walk(qwen3_tokenizer
             assert np.array_equal(np.flatnonzero(bits), want_ids), (names, state)
             masked += state in skipping
     assert masked, names  # some skipping state's mask came from its block
+
+
+# a JSON string's characters, and one of them but for the digits (as the free-form keys of
+# translate._distinct_key are written)
+_S = r'(?:[^"\\\x00-\x1F]|\\["\\/bfnrt])'
+_N = r'[^"\\\x00-\x1F0-9]'
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3"])
+@pytest.mark.parametrize("regex", [f'"(?:{_N}{{2}}|{_S}*2)"', f'"{_S}*7"', f'"(?:{_N}|{_S}*1)":', f'"{_S}*(?:~a|9)"'])
+def test_rows_where_a_string_leaves_its_chain_or_loop_are_the_byte_walk(name, regex):
+    """A string's state that steps like a plain string but on a few bytes at any depth (a key
+    that must end in a digit) takes the string's run steered around them: the tokens whose bytes
+    leave the string's table are walked, the others stay in the block. Every state's row is the
+    token-by-token byte walk, next states equal or twins, and so are its mask's bools."""
+    vocab = build_vocab(load_tokenizer(name))
+    walk = _byte_walk(vocab)
+    lazy = compile_regex(regex, vocab, timeout=60, lazy=True)
+    steered = [s for s in range(len(lazy.final)) if (b := lazy.parts(s)[0]) is not None and b.run.steered]
+    assert steered, regex  # the steered path is what this test is about
+    departed = 0
+    for state in range(len(lazy.final)):
+        block, tok, _ = lazy.parts(state)
+        ids, targets = lazy.row(state)
+        order = np.argsort(ids)
+        want_ids, want = walk.row(lazy.trans, state)
+        assert np.array_equal(ids[order], want_ids), (regex, state)
+        differ = targets[order] != want
+        assert all(np.array_equal(lazy.trans[a], lazy.trans[b]) for a, b in set(zip(targets[order][differ], want[differ])))
+        bits = lazy.allowed_bits(state, 1 << 30, len(vocab.outlines_map) + 1000)
+        if bits is not None:
+            assert np.array_equal(np.flatnonzero(bits), want_ids), (regex, state)
+        departed += block is not None and block.run.steered and len(block.run.dropped) > 0
+    assert departed, regex  # some steered block left tokens out, walked instead
 
 
 @pytest.mark.parametrize("name", ["qwen3", "mistral"])

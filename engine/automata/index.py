@@ -24,7 +24,7 @@ from ..symbols import FORGE_BYTE, SPECIAL_CLASS
 from ..vocabulary import Vocab
 from .automaton import FEW_BANNED, UNREACHABLE, Automaton, bfs, ranges, sorted_unique, state_graph
 from .byte_dfa import byte_dfa
-from .kernels import ascii_exits, ascii_tokens, ascii_walk, class_maps, steps_alike, walk_levels, walk_row
+from .kernels import ascii_exits, ascii_tokens, ascii_walk, class_maps, steer_walk, steps_alike, walk_levels, walk_row
 
 DEFAULT_MAX_EDGES = 64_000_000  # token transitions per automaton (about 12 bytes each while building)
 NO_EDGE_LIMIT = 1 << 62  # max_edges of a walk that is never bounded (one state's row, a bound's table)
@@ -37,9 +37,10 @@ RUNS = Cache("character-class runs", 256, per_vocabulary=True)  # by (vocabulary
 ROW_CLASSES = Cache("row classes", 1 << 14, per_vocabulary=True)
 # by (id(trans), id(run), state, twins): a chain's maps as its previous state left them (_chain_maps)
 CHAINS = Cache("chain maps", 1 << 12)
-# a chain state whose class is a JSON string's but for up to this many more ASCII bytes (a key
-# steering around declared names: its trie's letters) takes the string's run less the tokens
-# beginning with those bytes, rather than a run of its own class (20 ms over the whole trie)
+# a state whose class is a JSON string's but for up to this many more ASCII bytes (a key steering
+# around declared names: its trie's letters; a key that must end in a digit) takes the string's
+# run, steered around those bytes (_steer), rather than a run of its own class (20 ms over the
+# whole trie)
 MAX_SKIPPED_FIRST = 24
 # an ASCII class of at most this many bytes has its run walked in the trie (see _ascii_run)
 WALKED_CLASS_BYTES = 24
@@ -65,7 +66,8 @@ class _Trie:
     ``above_wide[n]`` whether a non-ASCII byte is among them; ``spelled[i]`` and
     ``spelled_wide[i]`` the same of token i's bytes (wide when it has none): a wide ASCII class's
     tokens and exits are read from them (``_read_run``) without walking the trie.
-    ``length[i]`` is token i's length in bytes.
+    ``length[i]`` is token i's length in bytes. ``by_byte[at[b]:at[b+1]]`` are the nodes whose own
+    byte is b (where a steered chain may leave its table, see _steer).
     """
 
     coff: np.ndarray
@@ -81,13 +83,15 @@ class _Trie:
     spelled: np.ndarray
     spelled_wide: np.ndarray
     length: np.ndarray
+    by_byte: np.ndarray
+    at: np.ndarray
     key: str  # the vocabulary's fingerprint
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.coff, self.byte, self.ids, self.eoff, self.parent, self.doff, self.node_of_id,
                                       self.first, self.above, self.above_wide, self.spelled, self.spelled_wide,
-                                      self.length))
+                                      self.length, self.by_byte, self.at))
 
 
 def vocabulary_trie(vocab: Vocab) -> _Trie:
@@ -138,6 +142,8 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
                     above=np.ascontiguousarray(path[:, parent].T), above_wide=wide[parent],
                     spelled=np.ascontiguousarray(path[:, node_of_id].T), spelled_wide=wide[node_of_id],
                     length=np.append(np.searchsorted(doff, np.arange(n), side="right") - 1, 0)[node_of_id].astype(np.int16),
+                    by_byte=np.argsort(byte[1:], kind="stable").astype(np.int32) + 1,
+                    at=np.concatenate([[0], np.cumsum(np.bincount(byte[1:], minlength=256))]).astype(np.int64),
                     key=vocab.fingerprint)
         for char_class in COMMON_CLASSES:
             run = _run_for(got, char_class)
@@ -203,6 +209,8 @@ class _Run:
 
     A run less the tokens beginning with some bytes (``skip_first``) shares its whole run's token
     arrays and names the tokens it leaves out in ``dropped``; its ``present`` and exits are its own.
+    A ``steered`` run, one state's, leaves out only the tokens whose bytes leave that state's
+    chain (see _steer).
     """
 
     trans: np.ndarray  # (c+1, 256): the class automaton, c is dead, state 0 is between characters
@@ -224,6 +232,7 @@ class _Run:
     # ASCII bytes that begin no token of this run (a chain's first state steps elsewhere on them)
     skip_first: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))  # ids left out
+    steered: bool = False
 
     @property
     def count(self) -> int:
@@ -455,10 +464,13 @@ class Block:
     def banned(self, width: int) -> np.ndarray | None:
         """The token ids below ``width`` a full block leaves out (sorted int32), when they are under
         a 16th of the row (a string's characters: its mask is those less the state's other
-        tokens, with no pass over the row); else None."""
-        if not self.full or len(self.run.dropped):
+        tokens, with no pass over the row); else None. A run less some first bytes has none but
+        a steered one's."""
+        if not self.full or (len(self.run.dropped) and not self.run.steered):
             return None
         out = self.run.outside
+        if len(self.run.dropped):  # a steered run's few, none of them outside the class
+            out = np.insert(out, np.searchsorted(out, self.run.dropped), self.run.dropped)
         known = len(self.run.token_cell)  # ids past the vocabulary's are of no class
         if (len(out) + max(0, width - known)) * FEW_BANNED >= width:
             return None
@@ -512,13 +524,58 @@ def _skipping(run: _Run, trie: _Trie, skip_first: bytes) -> _Run:
                 present, run.token_cell, run.first, skip, run.ids[drop])
 
 
+STEER_CANDIDATES = 1 << 13  # trie nodes where a steered chain may leave its table (else it is no block)
+STEER_NODES = 1 << 12  # nodes its walk may visit off the table
+STEER_TOKENS = 1 << 14  # and tokens it may find there
+
+
+def _steer(trans: np.ndarray, trie: _Trie, whole: _Run, block: Block, s: int, departing: np.ndarray, twins: bool,
+           boundary: np.ndarray | None) -> tuple[Block, tuple, tuple] | None:
+    """``s``'s chain block less only the tokens whose bytes leave its table, walked instead:
+    (that block, their (src, token, next state), the walk's starts below them). The DFA may
+    leave the table where the block's run skips a first byte (a key steering around declared
+    names: "n" may begin "name"; "nx" is back on the table, a plain string) or on a
+    ``departing`` byte at any depth (a free-form key ending in a digit). None when such nodes
+    are many, or the DFA dies or stands on a boundary off the table."""
+    run, table = block.run, block.table
+    root = _root_children(trie)[run.skip_first[~np.isin(run.skip_first, departing)]]
+    candidates = [root[root >= 0]] + [trie.by_byte[trie.at[b]:trie.at[b + 1]] for b in departing.tolist()]
+    candidates = np.concatenate(candidates).astype(np.int32, copy=False)
+    if len(candidates) > STEER_CANDIDATES:
+        return None
+    queue = np.empty((STEER_NODES, 4), dtype=np.int32)
+    tok, dst = np.empty(STEER_TOKENS, dtype=np.int32), np.empty(STEER_TOKENS, dtype=np.int32)
+    exit_node, exit_state = np.empty(STEER_TOKENS, dtype=np.int32), np.empty(STEER_TOKENS, dtype=np.int32)
+    counts = np.zeros(2, dtype=np.int64)
+    got = steer_walk(np.ascontiguousarray(trans), run.trans, np.ascontiguousarray(table), trie.coff, trie.byte,
+                     trie.eoff, trie.ids, trie.parent, s, candidates, twins, _NO_BOUNDARY if boundary is None else boundary,
+                     np.empty(len(trie.doff), dtype=np.uint8), queue, tok, dst, exit_node, exit_state, counts)
+    if got < 0:
+        return None
+    k, h = int(counts[0]), int(counts[1])
+    order = np.argsort(tok[:k])
+    dropped = tok[:k][order]
+    exit_node, exit_state = exit_node[:h], exit_state[:h]
+    kept = ~np.isin(whole.exits, exit_node)  # the exits below the walked nodes are walked from them
+    size = whole.present.size
+    cells = np.bincount(whole.token_cell[dropped], minlength=size)[:size]
+    steered = _Run(whole.trans, whole.edges, whole.tree, whole.ids, whole.k, whole.j, whole.exits[kept],
+                   whole.exit_k[kept], whole.exit_j[kept], run.one_byte, whole.cell, whole.exit_cell[kept],
+                   whole.exit_byte[kept], ((whole.cell_counts - cells) > 0).reshape(whole.present.shape),
+                   whole.token_cell, whole.first, run.skip_first, dropped, steered=True)
+    steered.__dict__["outside"] = whole.outside  # the same token cells: not worked out again per state
+    alive = exit_state != block.dead
+    return (Block(steered, table, block.dead), (np.full(k, s, dtype=np.int32), dropped, dst[:k][order]),
+            (np.full(int(alive.sum()), s, dtype=np.int32), exit_node[alive], exit_state[alive]))
+
+
 def _run_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray, list[tuple[str, bytes]]]]:
     """Which of ``states`` loop on many ASCII bytes, grouped by those bytes, with the character
     classes to try for them: the bytes plus every non-ASCII character (free text, JSON strings,
     raw strings), then the bytes alone (patterns such as ``[a-z0-9_]*``)."""
     loops = trans[states, :128] == states[:, None]
     many = loops.sum(axis=1) >= MIN_RUN_BYTES
-    return _classes_by_bytes(trans, states[many], loops[many], False)
+    return _classes_by_bytes(trans, states[many], loops[many])
 
 
 # the bytes that begin a non-ASCII UTF-8 character, but the symbols' (no ordinary token holds it,
@@ -526,13 +583,14 @@ def _run_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray
 _LEAD_BYTES = np.setdiff1d(np.arange(0xC2, 0xF5), [FORGE_BYTE])
 
 
-def _classes_by_bytes(trans: np.ndarray, states: np.ndarray, inside: np.ndarray, chains: bool
+def _classes_by_bytes(trans: np.ndarray, states: np.ndarray, inside: np.ndarray
                       ) -> list[tuple[np.ndarray, list[tuple[str, bytes]]]]:
     """``states`` grouped by their (len(states), 128) rows of ASCII bytes ``inside``, each group
-    with the character classes to try, as (class, first bytes skipped): the bytes plus every
-    non-ASCII character (only for states that step on every lead byte: trying it costs a walk of
-    most of the vocabulary), then the bytes alone. For ``chains``, a JSON string's class less a
-    few first bytes comes first where it fits (see MAX_SKIPPED_FIRST)."""
+    with the character classes to try, as (class, bytes skipped): the bytes plus every non-ASCII
+    character (only for states that step on every lead byte: trying it costs a walk of most of
+    the vocabulary), then the bytes alone. A JSON string's class less a few bytes comes first
+    where it fits (see MAX_SKIPPED_FIRST): a chain's run less the tokens beginning with them, or
+    the string's own run steered around them (see _steer)."""
     if not len(states):
         return []
     n = trans.shape[0] - 1
@@ -548,7 +606,7 @@ def _classes_by_bytes(trans: np.ndarray, states: np.ndarray, inside: np.ndarray,
         outside = np.flatnonzero(~ins)
         classes = [(_all_but(outside), b"")] if key[16] else []
         skip = np.flatnonzero(~ins & ~_STRING_OUTSIDE_BYTES)
-        if chains and classes and not ins[_STRING_OUTSIDE].any() and 0 < len(skip) <= MAX_SKIPPED_FIRST:
+        if classes and not ins[_STRING_OUTSIDE].any() and 0 < len(skip) <= MAX_SKIPPED_FIRST:
             classes.insert(0, (COMMON_CLASSES[0], skip.astype(np.uint8).tobytes()))
         out.append((states[groups[key]], classes + [(f"[{_hex(np.flatnonzero(ins))}]", b"")]))
     return out
@@ -569,7 +627,7 @@ def _chain_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarr
             return []
         inside = np.zeros((1, 128), dtype=bool)
         inside[0, main] = True
-        return _classes_by_bytes(trans, states, inside, True)
+        return _classes_by_bytes(trans, states, inside)
     rows = trans[states, :128].astype(np.int64)
     wide = ((rows != n) & (rows != states[:, None])).sum(axis=1) >= MIN_RUN_BYTES
     if not wide.any():
@@ -587,7 +645,7 @@ def _chain_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarr
     many = length.max(axis=1) >= MIN_RUN_BYTES
     states, rows, ordered, length = states[many], rows[many], ordered[many], length[many]
     main = ordered[np.arange(len(states)), length.argmax(axis=1)]
-    return _classes_by_bytes(trans, states, rows == main[:, None], True)
+    return _classes_by_bytes(trans, states, rows == main[:, None])
 
 
 def _first_bytes(rows: np.ndarray) -> np.ndarray:
@@ -627,17 +685,19 @@ def _classes_of(find, trans: np.ndarray, states: np.ndarray) -> list[tuple[np.nd
     return [(states, classes) for classes in found]
 
 
-def _chain_maps(trans: np.ndarray, run: _Run, state: int, twins: bool) -> np.ndarray | None:
+def _chain_maps(trans: np.ndarray, run: _Run, state: int, twins: bool) -> tuple[np.ndarray | None, np.ndarray]:
     """For a state that steps like the class from one state of a chain to the next, the class-state
     maps along the chain: row j maps each class state to the DFA state after j whole characters.
     The chain either outlasts the longest class token or ends in a state that takes no class
-    character (only whole characters end there). None when ``state`` does not step like that.
+    character (only whole characters end there). With them, the bytes of the class edges some
+    row does not step like that on (empty when none: the maps are exact), where the DFA leaves
+    the chain (see _steer). None for the maps when the chain ends any other way.
 
     A chain's next state shares all rows but the last (a string read on visits its states in
     order), so each call leaves the next state's rows in CHAINS, checked but for one new row."""
     n = trans.shape[0] - 1
     if run.one_byte < 0:
-        return None
+        return None, _NO_BYTES
     found = CHAINS.get((id(trans), id(run), state, twins))
     if found is not None and found[0]() is trans and found[1] is run:
         chain, m, steps = found[2:]
@@ -663,13 +723,28 @@ def _chain_maps(trans: np.ndarray, run: _Run, state: int, twins: bool) -> np.nda
                    (weakref.ref(trans), run, nxt, np.concatenate([m[1:], row]),
                     np.append(steps[1:], _chain_steps(trans, run, row, nxt[-1:], twins))))
     if steps.all():
-        return m
+        return m, _NO_BYTES
     end = int(np.argmin(steps))
-    if end == 0 or (trans[m[end, run.edges[:, 0]], run.edges[:, 1]] != n).any() or chain[end] == chain[end - 1]:
-        return None
-    m = m[:end + 1].copy()
-    m[end, 1:] = n
-    return m
+    if end and chain[end] != chain[end - 1] and (trans[m[end, run.edges[:, 0]], run.edges[:, 1]] == n).all():
+        m = m[:end + 1].copy()
+        m[end, 1:] = n
+        return m, _NO_BYTES
+    if (m[~steps, 0] == n).any():  # a row past the chain's end: not a chain that wanders off
+        return None, _NO_BYTES
+    bad = np.flatnonzero(~steps)
+    return m, _departing(trans, run, m[bad], chain[1:len(m) + 1][bad], twins, bad[0] == 0)
+
+
+def _departing(trans: np.ndarray, run: _Run, m: np.ndarray, nexts: np.ndarray, twins: bool, first: bool = False
+               ) -> np.ndarray:
+    """The bytes of the class edges some row of ``m`` does not step like the class on (to
+    ``nexts`` after a whole character); with ``first``, the first row's skipped first bytes are
+    not asked."""
+    ok = np.empty((len(m), len(run.edges)), dtype=bool)
+    steps_alike(trans, np.ascontiguousarray(m), run.edges, np.ascontiguousarray(nexts, dtype=np.int32), twins, ok)
+    if first and len(run.skip_first):
+        ok[0] |= (run.edges[:, 0] == 0) & np.isin(run.edges[:, 1], run.skip_first)
+    return np.unique(run.edges[~ok.all(axis=0), 1])
 
 
 def _class_rows(trans: np.ndarray, run: _Run, starts: np.ndarray) -> np.ndarray:
@@ -735,10 +810,15 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
         states = np.arange(n, dtype=np.int32)
     blocks: dict[int, Block] = {}
     starts = []  # (state, trie node, DFA state) where the trie walk begins
+    direct = []  # (state, token, next state) found beside the blocks (a steered state's, see _steer)
     for group, classes in _classes_of(_run_classes, trans, states):
-        for char_class, _ in classes:
+        for char_class, skip in classes:
             if not len(group):
                 break
+            if skip:  # a string's run, the loop left where the DFA leaves it (see _steer)
+                _steered_loops(trans, trie, char_class, group, twins, boundary, blocks, starts, direct)
+                group = _without(group, list(blocks))
+                continue
             run = _run_for(trie, char_class)
             looping, m = _run_states(trans, run, group, twins)
             group = _without(group, looping)
@@ -753,12 +833,21 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
                 break
             run = _run_for(trie, char_class, skip_first)
             for s in group.tolist():
-                m = _chain_maps(trans, run, s, twins)
+                m, departing = _chain_maps(trans, run, s, twins)
                 if m is None or (boundary is not None and boundary[m].any()):
                     continue
                 table = np.full(run.present.shape, n, dtype=np.int32)
                 table[:len(m)] = m
-                _add_block(blocks, starts, trans, trie, Block(run, table, n), s)
+                block = Block(run, table, n)
+                steered = _steer(trans, trie, _run_for(trie, char_class), block, s, departing, twins, boundary) \
+                    if skip_first or len(departing) else None
+                if steered is not None:
+                    block, edges, below = steered
+                    direct.append(edges)
+                    starts.append(below)
+                elif len(departing):
+                    continue
+                _add_block(blocks, starts, trans, trie, block, s)
             group = _without(group, list(blocks))
     walked = _without(states, list(blocks))
     # the first byte from the table's rows, not from the root's 256 children for every state
@@ -767,12 +856,30 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
     starts.append((walked[row], root[byte], first[row, byte]))
     src, node, cur = (np.concatenate(p) for p in zip(*starts))
     parts = _walk(trans, trie, src, node, cur, max_edges - sum(b.run.count for b in blocks.values()), boundary, hits)
-    parts += _extra_edges(trans, states, extra)
+    parts += direct + _extra_edges(trans, states, extra)
     if not parts:
         empty = np.zeros(0, dtype=np.int32)
         return empty, empty, empty, blocks
     src, tok, dst = (np.concatenate(p) for p in zip(*parts))
     return src, tok, dst, blocks
+
+
+def _steered_loops(trans: np.ndarray, trie: _Trie, char_class: str, states: np.ndarray, twins: bool,
+                   boundary: np.ndarray | None, blocks: dict, starts: list, direct: list) -> None:
+    """Give each of ``states`` that loops on the class but for a few bytes the class's run as its
+    block, steered (the tokens that leave the loop walked), where _steer can."""
+    run = _run_for(trie, char_class)
+    n = trans.shape[0] - 1
+    for s, row in zip(states.tolist(), _class_rows(trans, run, states)):
+        if boundary is not None and boundary[row].any():
+            continue
+        block = Block(run, np.repeat(row[None], len(run.present), axis=0), n)
+        steered = _steer(trans, trie, run, block, s, _departing(trans, run, row[None], row[:1], twins), twins, boundary)
+        if steered is not None:
+            block, edges, below = steered
+            direct.append(edges)
+            starts.append(below)
+            _add_block(blocks, starts, trans, trie, block, s)
 
 
 def _extra_edges(trans: np.ndarray, states: np.ndarray, extra: tuple[tuple[bytes, int], ...]) -> list:
@@ -807,7 +914,7 @@ def _add_block(blocks: dict, starts: list, trans: np.ndarray, trie: _Trie, block
     alive = cur != block.dead
     blocks[s] = block
     starts.append((np.full(int(alive.sum()), s, dtype=np.int32), run.exits[alive], cur[alive]))
-    if len(run.skip_first):  # the tokens beginning with a skipped byte are walked from s
+    if len(run.skip_first) and not run.steered:  # the tokens beginning with a skipped byte are walked from s
         node = _root_children(trie)[run.skip_first]
         nxt = trans[s, run.skip_first]
         ok = (node >= 0) & (nxt != block.dead)
@@ -854,6 +961,7 @@ def descend(trans: np.ndarray, trie: _Trie, nodes: np.ndarray, state: int, bound
 
 ROW_WALK_START = 1 << 10  # nodes and tokens a row's walk has room for at first (most rows are short)
 _NO_BOUNDARY = np.zeros(0, dtype=bool)
+_NO_BYTES = np.zeros(0, dtype=np.int64)
 _ROOT = np.zeros(1, dtype=np.int64)
 
 

@@ -194,6 +194,103 @@ def walk_row(trans, coff, byte, eoff, ids, state, nodes, boundary, src_buf, node
     return -3 if k > room else m
 
 
+@njit(cache=True, nogil=True)
+def _on_table(trans, table, state, j, k, twins):
+    """Whether the DFA's ``state`` is the table's cell (j, k), or with ``twins`` a state with its row."""
+    want = table[j, k]
+    if state == want:
+        return True
+    dead = trans.shape[0] - 1
+    if not twins or state == dead or want == dead:
+        return False
+    for x in range(trans.shape[1]):
+        if trans[state, x] != trans[want, x]:
+            return False
+    return True
+
+
+@njit("i8(i4[:, ::1], i4[:, ::1], i4[:, ::1], i8[::1], u1[::1], i8[::1], i4[::1], i4[::1], i8, i4[::1], b1, b1[::1],"
+      " u1[::1], i4[:, ::1], i4[::1], i4[::1], i4[::1], i4[::1], i8[::1])", cache=True, nogil=True)
+def steer_walk(trans, ctrans, table, coff, byte, eoff, ids, parent, state, candidates, twins, boundary, path, queue,
+               tok, dst, exit_node, exit_state, counts):
+    """Where the DFA from ``state`` leaves a chain block's ``table`` (``table[j, k]``: the state
+    after j whole characters in class state k of ``ctrans``) and the trie nodes it stays off on:
+    a ``candidates`` node whose parent is inside the class and on the table (its path read from
+    the root, ``path`` is scratch as long as the trie is deep) but which is off it is walked
+    down until the DFA is back on the table, below which the block is exact. The tokens ending
+    on the nodes walked go to ``tok``/``dst`` with their states, every child outside the class
+    to ``exit_node``/``exit_state`` with the state its byte leads to (dead included), the counts
+    to ``counts``. Returns how many nodes were walked; -1 when ``queue`` (rows of node, state,
+    k, j) or an output is too short, -3 when the DFA dies inside the class or stands on a
+    ``boundary`` state off the table (the block cannot stand for it there)."""
+    dead = trans.shape[0] - 1
+    c = ctrans.shape[0] - 1
+    marks = len(boundary) > 0
+    tail = 0
+    for n in candidates:
+        depth, up = 0, parent[n]
+        while up != 0:
+            path[depth] = byte[up]
+            depth += 1
+            up = parent[up]
+        cur, k, j, inside = state, 0, 0, True
+        for d in range(depth - 1, -1, -1):
+            nk = ctrans[k, path[d]]
+            if nk == c:
+                inside = False
+                break
+            cur = trans[cur, path[d]]
+            if nk == 0:
+                j += 1
+            k = nk
+        if not inside or not _on_table(trans, table, cur, j, k, twins):
+            continue  # below an exit, or walked from where its path left the table
+        nk = ctrans[k, byte[n]]
+        if nk == c:
+            continue  # an exit from the table: the block's own
+        nj = j + 1 if nk == 0 else j
+        if nj >= table.shape[0]:
+            return -3
+        nxt = trans[cur, byte[n]]
+        if _on_table(trans, table, nxt, nj, nk, twins):
+            continue
+        if tail == queue.shape[0]:
+            return -1
+        queue[tail, 0], queue[tail, 1], queue[tail, 2], queue[tail, 3] = n, nxt, nk, nj
+        tail += 1
+    head, k_out, h = 0, 0, 0
+    while head < tail:
+        node, cur, k, j = queue[head, 0], queue[head, 1], queue[head, 2], queue[head, 3]
+        head += 1
+        if cur == dead or (marks and boundary[cur]):
+            return -3
+        for pos in range(eoff[node], eoff[node + 1]):
+            if k_out == len(tok):
+                return -1
+            tok[k_out], dst[k_out] = ids[pos], cur
+            k_out += 1
+        for child in range(coff[node], coff[node + 1]):
+            b = byte[child]
+            nxt, nk = trans[cur, b], ctrans[k, b]
+            if nk == c:
+                if h == len(exit_node):
+                    return -1
+                exit_node[h], exit_state[h] = child, nxt
+                h += 1
+                continue
+            nj = j + 1 if nk == 0 else j
+            if nj >= table.shape[0]:
+                return -3
+            if _on_table(trans, table, nxt, nj, nk, twins):
+                continue
+            if tail == queue.shape[0]:
+                return -1
+            queue[tail, 0], queue[tail, 1], queue[tail, 2], queue[tail, 3] = child, nxt, nk, nj
+            tail += 1
+    counts[0], counts[1] = k_out, h
+    return tail
+
+
 def _first_calls() -> None:
     """Call each kernel once on a one-state DFA: a kernel's first call in a process finishes
     loading it (~0.2-0.6 ms), which a process forked after this import then never pays."""
@@ -216,6 +313,10 @@ def _first_calls() -> None:
              one64, np.zeros(0, dtype=bool), np.empty(1, dtype=np.int32), np.empty(1, dtype=np.int64), np.empty(1, dtype=np.int32),
              np.empty(1, dtype=np.int32), np.empty(1, dtype=np.int32), np.empty(1, dtype=np.int32),
              np.empty(1, dtype=np.int32), np.empty(2, dtype=np.int64))
+    steer_walk(trans, trans, m, np.array([1, 1], dtype=np.int64), np.zeros(1, dtype=np.uint8), np.zeros(2, dtype=np.int64),
+               one32, one32, 0, one32, True, np.zeros(0, dtype=bool), np.empty(1, dtype=np.uint8),
+               np.empty((1, 4), dtype=np.int32), one32.copy(), one32.copy(), one32.copy(), one32.copy(),
+               np.empty(2, dtype=np.int64))
 
 
 _first_calls()
