@@ -11,6 +11,7 @@ small.
 
 import functools
 import json
+import re
 
 import jsonschema
 import numpy as np
@@ -20,9 +21,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import engine
 from conftest import DATA, load_tokenizer, scale
 from instances import canonical_text
-from engine.automata import MaskTable, allowed_bools, compile_regex
+from engine.automata import MaskTable, allowed_bools, compile_regex, index, warm_runs
 from engine.json_schema import schema_to_regex
-from engine.json_schema.translate import key_except
+from engine.json_schema.translate import FORMAT_CLASSES, STRING_FORMATS, key_except
 from engine.vocabulary import build_vocab
 
 SCHEMAS = [
@@ -235,6 +236,24 @@ def test_ascii_class_rows_are_the_byte_walk(name, regex):
             masked += lazy.parts(state)[0] is not None
     assert blocks, regex  # some state's tokens came as a class block
     assert masked, regex  # and some block's mask was read as bools
+
+
+def test_the_formats_classes_are_built_with_the_vocabulary(qwen3_tokenizer):
+    """Every ASCII class a built-in string format's state loops on or counts is one of
+    FORMAT_CLASSES, whose runs are built with the vocabulary: visiting every state of every
+    format (their rows found afresh) builds no run of another ASCII class."""
+    vocab = build_vocab(qwen3_tokenizer)
+    engine.clear_caches(vocabularies=False)  # no row found earlier stands in for a build
+    warm_runs(vocab, FORMAT_CLASSES)
+    before = set(index.RUNS.keys())
+    for regex in sorted(set(STRING_FORMATS.values())):
+        lazy = compile_regex(regex, vocab, timeout=60, lazy=True)
+        for state in range(len(lazy.final)):
+            lazy.parts(state)
+    built = [k[1] for k in set(index.RUNS.keys()) - before if len(k) == 2 and isinstance(k[1], str)]
+    ascii_only = [c for c in built if re.fullmatch(r"\[(?:\\x[0-7][0-9A-F])+\]", c)]
+    assert not ascii_only, [bytes(int(h, 16) for h in c[1:-1].split("\\x")[1:]) for c in ascii_only]
+    assert len(before) >= len(FORMAT_CLASSES)
 
 
 def test_budget_below_min_tokens_is_refused_before_generation(qwen3_tokenizer):

@@ -15,6 +15,7 @@ from .automaton import UNREACHABLE, Automaton, TokenAutomaton, distances, sorted
 from .lazy import LazyAutomaton
 from .linked import LinkedAutomaton, match_state
 from .compile import AUTOMATA, automaton_key, check_regex_size, compile_linked, compile_regex
+from .index import warm_runs
 from .masks import (MASKS, STATE_MASKS, MaskTable, allowed_bits_mask, allowed_bools, allowed_mask, apply_mask,
                     banned_final_mask, bits_mask, block_mask,
                     eos_mask, new_owner, shared_mask, state_mask)
@@ -22,4 +23,4 @@ from . import counters
 
 __all__ = ["AUTOMATA", "MASKS", "STATE_MASKS", "UNREACHABLE", "Automaton", "LazyAutomaton", "LinkedAutomaton", "MaskTable", "TokenAutomaton", "allowed_bits_mask", "allowed_bools", "allowed_mask", "apply_mask", "automaton_key", "banned_final_mask", "bits_mask", "block_mask",
            "check_regex_size", "compile_linked", "compile_regex", "counters", "distances", "eos_mask", "match_state", "new_owner", "shared_mask",
-           "sorted_unique", "state_mask"]
+           "sorted_unique", "state_mask", "warm_runs"]

@@ -152,6 +152,15 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
         return TRIES.put(vocab.fingerprint, got)
 
 
+def warm_runs(vocab: Vocab, classes: tuple[bytes, ...]) -> None:
+    """Build the runs of these ASCII classes (each given as its bytes) for ``vocab`` now, once:
+    classes that many grammars' states take (the built-in string formats'), whose first mask
+    would otherwise build them."""
+    trie = vocabulary_trie(vocab)
+    RUNS.get_or_build((trie.key, classes), lambda: [
+        _run_for(trie, f"[{_hex(np.unique(np.frombuffer(b, dtype=np.uint8)))}]") for b in classes])
+
+
 def _classify_common_rows() -> None:
     """Classify the row of a JSON string's characters (loop on them, a quote and a backslash each
     leading on) once, with the vocabulary: a row's classes follow from its shape alone, and a
