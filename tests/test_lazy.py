@@ -181,10 +181,12 @@ def test_rows_beside_names_a_key_steers_around_are_the_byte_walk(qwen3_tokenizer
 # translate._distinct_key are written)
 _S = r'(?:[^"\\\x00-\x1F]|\\["\\/bfnrt])'
 _N = r'[^"\\\x00-\x1F0-9]'
+_T = r'[^"\\\x00-\x1F~]'  # and less the tilde, which only letters may follow
 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama3"])
-@pytest.mark.parametrize("regex", [f'"(?:{_N}{{2}}|{_S}*2)"', f'"{_S}*7"', f'"(?:{_N}|{_S}*1)":', f'"{_S}*(?:~a|9)"'])
+@pytest.mark.parametrize("regex", [f'"(?:{_N}{{2}}|{_S}*2)"', f'"{_S}*7"', f'"(?:{_N}|{_S}*1)":', f'"{_S}*(?:~a|9)"',
+                                   f'"{_T}*(?:~[a-z]*)?"'])
 def test_rows_where_a_string_leaves_its_chain_or_loop_are_the_byte_walk(name, regex):
     """A string's state that steps like a plain string but on a few bytes at any depth (a key
     that must end in a digit) takes the string's run steered around them: the tokens whose bytes

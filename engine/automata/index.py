@@ -10,6 +10,7 @@ in one precomputed block (see _Run). The result is the same automaton as outline
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 import weakref
@@ -477,12 +478,12 @@ class Block:
         a steered one's."""
         if not self.full or (len(self.run.dropped) and not self.run.steered):
             return None
-        out = self.run.outside
-        if len(self.run.dropped):  # a steered run's few, none of them outside the class
-            out = np.insert(out, np.searchsorted(out, self.run.dropped), self.run.dropped)
+        out, dropped = self.run.outside, self.run.dropped
         known = len(self.run.token_cell)  # ids past the vocabulary's are of no class
-        if (len(out) + max(0, width - known)) * FEW_BANNED >= width:
+        if (len(out) + len(dropped) + max(0, width - known)) * FEW_BANNED >= width:
             return None
+        if len(dropped):  # a steered run's, none of them outside the class
+            out = np.insert(out, np.searchsorted(out, dropped), dropped)
         if known < width:
             return np.concatenate([out, np.arange(known, width, dtype=np.int32)])
         return out[:np.searchsorted(out, width)]
@@ -538,15 +539,16 @@ STEER_NODES = 1 << 12  # nodes its walk may visit off the table
 STEER_TOKENS = 1 << 14  # and tokens it may find there
 
 
-def _steer(trans: np.ndarray, trie: _Trie, whole: _Run, block: Block, s: int, departing: np.ndarray, twins: bool,
+def _steer(trans: np.ndarray, trie: _Trie, char_class: str, block: Block, s: int, departing: np.ndarray, twins: bool,
            boundary: np.ndarray | None) -> tuple[Block, tuple, tuple] | None:
     """``s``'s chain block less only the tokens whose bytes leave its table, walked instead:
     (that block, their (src, token, next state), the walk's starts below them). The DFA may
     leave the table where the block's run skips a first byte (a key steering around declared
     names: "n" may begin "name"; "nx" is back on the table, a plain string) or on a
-    ``departing`` byte at any depth (a free-form key ending in a digit). None when such nodes
-    are many, or the DFA dies or stands on a boundary off the table."""
-    run, table = block.run, block.table
+    ``departing`` byte at any depth (a free-form key ending in a digit), and may die below
+    (those tokens are left out). None when such nodes are many, the DFA dies on a first byte, or
+    it stands on a boundary off the table."""
+    run, table, whole = block.run, block.table, _run_for(trie, char_class)
     root = _root_children(trie)[run.skip_first[~np.isin(run.skip_first, departing)]]
     candidates = [root[root >= 0]] + [trie.by_byte[trie.at[b]:trie.at[b + 1]] for b in departing.tolist()]
     candidates = np.concatenate(candidates).astype(np.int32, copy=False)
@@ -556,16 +558,34 @@ def _steer(trans: np.ndarray, trie: _Trie, whole: _Run, block: Block, s: int, de
     tok, dst = np.empty(STEER_TOKENS, dtype=np.int32), np.empty(STEER_TOKENS, dtype=np.int32)
     exit_node, exit_state = np.empty(STEER_TOKENS, dtype=np.int32), np.empty(STEER_TOKENS, dtype=np.int32)
     counts = np.zeros(2, dtype=np.int64)
+    dead_first = np.zeros(256, dtype=bool)
     got = steer_walk(np.ascontiguousarray(trans), run.trans, np.ascontiguousarray(table), trie.coff, trie.byte,
                      trie.eoff, trie.ids, trie.parent, s, candidates, twins, _NO_BOUNDARY if boundary is None else boundary,
-                     np.empty(len(trie.doff), dtype=np.uint8), queue, tok, dst, exit_node, exit_state, counts)
+                     np.empty(len(trie.doff), dtype=np.uint8), queue, tok, dst, exit_node, exit_state, dead_first, counts)
     if got < 0:
         return None
     k, h = int(counts[0]), int(counts[1])
-    order = np.argsort(tok[:k])
-    dropped = tok[:k][order]
     exit_node, exit_state = exit_node[:h], exit_state[:h]
     kept = ~np.isin(whole.exits, exit_node)  # the exits below the walked nodes are walked from them
+    if dead_first.any():
+        # every token beginning with such a byte is dead: thousands left out per state, where the
+        # class's own run, built once, serves every state that takes it
+        return None
+    dropped = np.sort(tok[:k])
+    live = dst[:k] != block.dead
+    order = np.argsort(tok[:k][live])
+    tok, dst = tok[:k][live][order], dst[:k][live][order]
+    # states steered alike (a string's first character and the rest) share one run, and so the
+    # bools of its tokens (Block.bits)
+    key = hashlib.blake2b(dropped.tobytes() + np.packbits(kept).tobytes(), digest_size=16).digest()
+    steered = RUNS.get_or_build((trie.key, char_class, "steered", key), lambda: _steered_run(whole, run, dropped, kept))
+    alive = exit_state != block.dead
+    return (Block(steered, table, block.dead), (np.full(len(tok), s, dtype=np.int32), tok, dst),
+            (np.full(int(alive.sum()), s, dtype=np.int32), exit_node[alive], exit_state[alive]))
+
+
+def _steered_run(whole: _Run, run: _Run, dropped: np.ndarray, kept: np.ndarray) -> _Run:
+    """The class's ``whole`` run less the ``dropped`` tokens, with the exits ``kept``."""
     size = whole.present.size
     cells = np.bincount(whole.token_cell[dropped], minlength=size)[:size]
     steered = _Run(whole.trans, whole.edges, whole.tree, whole.ids, whole.k, whole.j, whole.exits[kept],
@@ -573,9 +593,7 @@ def _steer(trans: np.ndarray, trie: _Trie, whole: _Run, block: Block, s: int, de
                    whole.exit_byte[kept], ((whole.cell_counts - cells) > 0).reshape(whole.present.shape),
                    whole.token_cell, whole.first, run.skip_first, dropped, steered=True)
     steered.__dict__["outside"] = whole.outside  # the same token cells: not worked out again per state
-    alive = exit_state != block.dead
-    return (Block(steered, table, block.dead), (np.full(k, s, dtype=np.int32), dropped, dst[:k][order]),
-            (np.full(int(alive.sum()), s, dtype=np.int32), exit_node[alive], exit_state[alive]))
+    return steered
 
 
 def _run_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray, list[tuple[str, bytes]]]]:
@@ -848,7 +866,7 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
                 table = np.full(run.present.shape, n, dtype=np.int32)
                 table[:len(m)] = m
                 block = Block(run, table, n)
-                steered = _steer(trans, trie, _run_for(trie, char_class), block, s, departing, twins, boundary) \
+                steered = _steer(trans, trie, char_class, block, s, departing, twins, boundary) \
                     if skip_first or len(departing) else None
                 if steered is not None:
                     block, edges, below = steered
@@ -883,7 +901,8 @@ def _steered_loops(trans: np.ndarray, trie: _Trie, char_class: str, states: np.n
         if boundary is not None and boundary[row].any():
             continue
         block = Block(run, np.repeat(row[None], len(run.present), axis=0), n)
-        steered = _steer(trans, trie, run, block, s, _departing(trans, run, row[None], row[:1], twins), twins, boundary)
+        steered = _steer(trans, trie, char_class, block, s, _departing(trans, run, row[None], row[:1], twins), twins,
+                         boundary)
         if steered is not None:
             block, edges, below = steered
             direct.append(edges)

@@ -210,9 +210,9 @@ def _on_table(trans, table, state, j, k, twins):
 
 
 @njit("i8(i4[:, ::1], i4[:, ::1], i4[:, ::1], i8[::1], u1[::1], i8[::1], i4[::1], i4[::1], i8, i4[::1], b1, b1[::1],"
-      " u1[::1], i4[:, ::1], i4[::1], i4[::1], i4[::1], i4[::1], i8[::1])", cache=True, nogil=True)
+      " u1[::1], i4[:, ::1], i4[::1], i4[::1], i4[::1], i4[::1], b1[::1], i8[::1])", cache=True, nogil=True)
 def steer_walk(trans, ctrans, table, coff, byte, eoff, ids, parent, state, candidates, twins, boundary, path, queue,
-               tok, dst, exit_node, exit_state, counts):
+               tok, dst, exit_node, exit_state, dead_first, counts):
     """Where the DFA from ``state`` leaves a chain block's ``table`` (``table[j, k]``: the state
     after j whole characters in class state k of ``ctrans``) and the trie nodes it stays off on:
     a ``candidates`` node whose parent is inside the class and on the table (its path read from
@@ -220,9 +220,10 @@ def steer_walk(trans, ctrans, table, coff, byte, eoff, ids, parent, state, candi
     down until the DFA is back on the table, below which the block is exact. The tokens ending
     on the nodes walked go to ``tok``/``dst`` with their states, every child outside the class
     to ``exit_node``/``exit_state`` with the state its byte leads to (dead included), the counts
-    to ``counts``. Returns how many nodes were walked; -1 when ``queue`` (rows of node, state,
-    k, j) or an output is too short, -3 when the DFA dies inside the class or stands on a
-    ``boundary`` state off the table (the block cannot stand for it there)."""
+    to ``counts``. Where the DFA dies, every token below is dead: a first byte it dies on is
+    marked in ``dead_first`` (and not walked), deeper ones are walked on dead. Returns how many nodes were walked; -1 when ``queue`` (rows of node, state,
+    k, j) or an output is too short, -3 when the DFA stands on a ``boundary`` state off the
+    table (the block cannot stand for it there)."""
     dead = trans.shape[0] - 1
     c = ctrans.shape[0] - 1
     marks = len(boundary) > 0
@@ -262,7 +263,10 @@ def steer_walk(trans, ctrans, table, coff, byte, eoff, ids, parent, state, candi
     while head < tail:
         node, cur, k, j = queue[head, 0], queue[head, 1], queue[head, 2], queue[head, 3]
         head += 1
-        if cur == dead or (marks and boundary[cur]):
+        if cur == dead and parent[node] == 0:
+            dead_first[byte[node]] = True
+            continue
+        if marks and cur != dead and boundary[cur]:
             return -3
         for pos in range(eoff[node], eoff[node + 1]):
             if k_out == len(tok):
@@ -281,7 +285,7 @@ def steer_walk(trans, ctrans, table, coff, byte, eoff, ids, parent, state, candi
             nj = j + 1 if nk == 0 else j
             if nj >= table.shape[0]:
                 return -3
-            if _on_table(trans, table, nxt, nj, nk, twins):
+            if cur != dead and _on_table(trans, table, nxt, nj, nk, twins):
                 continue
             if tail == queue.shape[0]:
                 return -1
@@ -316,7 +320,7 @@ def _first_calls() -> None:
     steer_walk(trans, trans, m, np.array([1, 1], dtype=np.int64), np.zeros(1, dtype=np.uint8), np.zeros(2, dtype=np.int64),
                one32, one32, 0, one32, True, np.zeros(0, dtype=bool), np.empty(1, dtype=np.uint8),
                np.empty((1, 4), dtype=np.int32), one32.copy(), one32.copy(), one32.copy(), one32.copy(),
-               np.empty(2, dtype=np.int64))
+               np.zeros(256, dtype=bool), np.empty(2, dtype=np.int64))
 
 
 _first_calls()
