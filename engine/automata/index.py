@@ -562,15 +562,13 @@ def _steer(trans: np.ndarray, trie: _Trie, char_class: str, block: Block, s: int
     got = steer_walk(np.ascontiguousarray(trans), run.trans, np.ascontiguousarray(table), trie.coff, trie.byte,
                      trie.eoff, trie.ids, trie.parent, s, candidates, twins, _NO_BOUNDARY if boundary is None else boundary,
                      np.empty(len(trie.doff), dtype=np.uint8), queue, tok, dst, exit_node, exit_state, dead_first, counts)
-    if got < 0:
+    if got < 0 or dead_first.any():
+        # on a dead first byte every token beginning with it is dead: thousands left out per
+        # state, where the class's own run, built once, serves every state that takes it
         return None
     k, h = int(counts[0]), int(counts[1])
     exit_node, exit_state = exit_node[:h], exit_state[:h]
     kept = ~np.isin(whole.exits, exit_node)  # the exits below the walked nodes are walked from them
-    if dead_first.any():
-        # every token beginning with such a byte is dead: thousands left out per state, where the
-        # class's own run, built once, serves every state that takes it
-        return None
     dropped = np.sort(tok[:k])
     live = dst[:k] != block.dead
     order = np.argsort(tok[:k][live])
@@ -578,20 +576,20 @@ def _steer(trans: np.ndarray, trie: _Trie, char_class: str, block: Block, s: int
     # states steered alike (a string's first character and the rest) share one run, and so the
     # bools of its tokens (Block.bits)
     key = hashlib.blake2b(dropped.tobytes() + np.packbits(kept).tobytes(), digest_size=16).digest()
-    steered = RUNS.get_or_build((trie.key, char_class, "steered", key), lambda: _steered_run(whole, run, dropped, kept))
+    steered = RUNS.get_or_build((trie.key, char_class, "steered", key), lambda: _steered_run(whole, dropped, kept))
     alive = exit_state != block.dead
     return (Block(steered, table, block.dead), (np.full(len(tok), s, dtype=np.int32), tok, dst),
             (np.full(int(alive.sum()), s, dtype=np.int32), exit_node[alive], exit_state[alive]))
 
 
-def _steered_run(whole: _Run, run: _Run, dropped: np.ndarray, kept: np.ndarray) -> _Run:
+def _steered_run(whole: _Run, dropped: np.ndarray, kept: np.ndarray) -> _Run:
     """The class's ``whole`` run less the ``dropped`` tokens, with the exits ``kept``."""
     size = whole.present.size
     cells = np.bincount(whole.token_cell[dropped], minlength=size)[:size]
     steered = _Run(whole.trans, whole.edges, whole.tree, whole.ids, whole.k, whole.j, whole.exits[kept],
-                   whole.exit_k[kept], whole.exit_j[kept], run.one_byte, whole.cell, whole.exit_cell[kept],
+                   whole.exit_k[kept], whole.exit_j[kept], whole.one_byte, whole.cell, whole.exit_cell[kept],
                    whole.exit_byte[kept], ((whole.cell_counts - cells) > 0).reshape(whole.present.shape),
-                   whole.token_cell, whole.first, run.skip_first, dropped, steered=True)
+                   whole.token_cell, whole.first, dropped=dropped, steered=True)
     steered.__dict__["outside"] = whole.outside  # the same token cells: not worked out again per state
     return steered
 
