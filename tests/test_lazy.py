@@ -143,6 +143,26 @@ class _ByteWalk:
         return self.ids[alive][order], nxt[alive][order]
 
 
+def _check_row(lazy, walk, state: int, width: int | None, label) -> bool:
+    """``state``'s row is the token-by-token byte walk (next states equal or twins: same DFA
+    row), and so are its mask's bools below ``width`` (None: just past the row's largest id)
+    where the state has them; whether it had them."""
+    ids, targets = lazy.row(state)
+    order = np.argsort(ids)
+    ids, targets = ids[order], targets[order]
+    want_ids, want = walk.row(lazy.trans, state)
+    assert np.array_equal(ids, want_ids), (label, state)
+    differ = targets != want
+    assert all(np.array_equal(lazy.trans[a], lazy.trans[b]) for a, b in set(zip(targets[differ], want[differ]))), \
+        (label, state)
+    # the mask's bools (looked up by cell, the dropped tokens cleared) allow exactly the row
+    bits = lazy.allowed_bits(state, 1 << 30, int(want_ids.max(initial=0)) + 2 if width is None else width)
+    if bits is None:
+        return False
+    assert np.array_equal(np.flatnonzero(bits), want_ids), (label, state)
+    return True
+
+
 @pytest.mark.parametrize("names", [["quote", "enabled"], [" lead", "e", "ea", "éa", 'x"y', "ü"],
                                    [chr(c) + "z" for c in range(ord("a"), ord("z") + 1)]])
 def test_rows_beside_names_a_key_steers_around_are_the_byte_walk(qwen3_tokenizer, names):
@@ -162,19 +182,7 @@ def test_rows_beside_names_a_key_steers_around_are_the_byte_walk(qwen3_tokenizer
     # each check walks the whole vocabulary: 6 of those states, evenly spread, and 2 others
     masked = 0
     for state in skipping[::max(1, len(skipping) // 6)][:6] + others[::max(1, len(others) // 2)][:2]:
-        ids, targets = lazy.row(state)
-        order = np.argsort(ids)
-        ids, targets = ids[order], targets[order]
-        want_ids, want = walk.row(lazy.trans, state)
-        assert np.array_equal(ids, want_ids), (names, state)
-        differ = targets != want
-        assert all(np.array_equal(lazy.trans[a], lazy.trans[b]) for a, b in set(zip(targets[differ], want[differ]))), \
-            (names, state)
-        # the mask's bools (looked up by cell, the dropped tokens cleared) allow exactly the row
-        width = int(want_ids.max(initial=0)) + 2
-        bits = lazy.allowed_bits(state, 1 << 30, width)
-        if bits is not None:
-            assert np.array_equal(np.flatnonzero(bits), want_ids), (names, state)
+        if _check_row(lazy, walk, state, None, names):
             masked += state in skipping
     assert masked, names  # some skipping state's mask came from its block
 
@@ -201,16 +209,8 @@ def test_rows_where_a_string_leaves_its_chain_or_loop_are_the_byte_walk(name, re
     assert steered, regex  # the steered path is what this test is about
     departed = 0
     for state in range(len(lazy.final)):
-        block, tok, _ = lazy.parts(state)
-        ids, targets = lazy.row(state)
-        order = np.argsort(ids)
-        want_ids, want = walk.row(lazy.trans, state)
-        assert np.array_equal(ids[order], want_ids), (regex, state)
-        differ = targets[order] != want
-        assert all(np.array_equal(lazy.trans[a], lazy.trans[b]) for a, b in set(zip(targets[order][differ], want[differ])))
-        bits = lazy.allowed_bits(state, 1 << 30, len(vocab.outlines_map) + 1000)
-        if bits is not None:
-            assert np.array_equal(np.flatnonzero(bits), want_ids), (regex, state)
+        _check_row(lazy, walk, state, len(vocab.outlines_map) + 1000, regex)
+        block = lazy.parts(state)[0]
         departed += block is not None and block.run.steered and len(block.run.dropped) > 0
     assert departed, regex  # some steered block left tokens out, walked instead
 
@@ -228,15 +228,7 @@ def test_ascii_class_rows_are_the_byte_walk(name, regex):
     blocks = masked = 0
     for state in range(len(lazy.final)):
         blocks += lazy.parts(state)[0] is not None
-        ids, targets = lazy.row(state)
-        order = np.argsort(ids)
-        want_ids, want = walk.row(lazy.trans, state)
-        assert np.array_equal(ids[order], want_ids), (regex, state)
-        differ = targets[order] != want
-        assert all(np.array_equal(lazy.trans[a], lazy.trans[b]) for a, b in set(zip(targets[order][differ], want[differ])))
-        bits = lazy.allowed_bits(state, 1 << 30, len(vocab.outlines_map) + 1000)
-        if bits is not None:
-            assert np.array_equal(np.flatnonzero(bits), want_ids), (regex, state)
+        if _check_row(lazy, walk, state, len(vocab.outlines_map) + 1000, regex):
             masked += lazy.parts(state)[0] is not None
     assert blocks, regex  # some state's tokens came as a class block
     assert masked, regex  # and some block's mask was read as bools

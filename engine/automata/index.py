@@ -867,12 +867,9 @@ def token_edges(trans: np.ndarray, trie: _Trie, max_edges: int, extra: tuple[tup
                 steered = _steer(trans, trie, char_class, block, s, departing, twins, boundary) \
                     if skip_first or len(departing) else None
                 if steered is not None:
-                    block, edges, below = steered
-                    direct.append(edges)
-                    starts.append(below)
-                elif len(departing):
-                    continue
-                _add_block(blocks, starts, trans, trie, block, s)
+                    _add_steered(blocks, starts, direct, trans, trie, steered, s)
+                elif not len(departing):
+                    _add_block(blocks, starts, trans, trie, block, s)
             group = _without(group, list(blocks))
     walked = _without(states, list(blocks))
     # the first byte from the table's rows, not from the root's 256 children for every state
@@ -902,10 +899,7 @@ def _steered_loops(trans: np.ndarray, trie: _Trie, char_class: str, states: np.n
         steered = _steer(trans, trie, char_class, block, s, _departing(trans, run, row[None], row[:1], twins), twins,
                          boundary)
         if steered is not None:
-            block, edges, below = steered
-            direct.append(edges)
-            starts.append(below)
-            _add_block(blocks, starts, trans, trie, block, s)
+            _add_steered(blocks, starts, direct, trans, trie, steered, s)
 
 
 def _extra_edges(trans: np.ndarray, states: np.ndarray, extra: tuple[tuple[bytes, int], ...]) -> list:
@@ -945,6 +939,16 @@ def _add_block(blocks: dict, starts: list, trans: np.ndarray, trie: _Trie, block
         nxt = trans[s, run.skip_first]
         ok = (node >= 0) & (nxt != block.dead)
         starts.append((np.full(int(ok.sum()), s, dtype=np.int32), node[ok], nxt[ok]))
+
+
+def _add_steered(blocks: dict, starts: list, direct: list, trans: np.ndarray, trie: _Trie, steered: tuple, s: int
+                 ) -> None:
+    """Record ``s``'s steered block (see _add_block), the tokens it leaves out with their next
+    states, and the walk starts below them (_steer's three parts)."""
+    block, edges, below = steered
+    direct.append(edges)
+    starts.append(below)
+    _add_block(blocks, starts, trans, trie, block, s)
 
 
 WALK_START = 1 << 14  # entries a walk's output arrays have room for at first
