@@ -50,12 +50,27 @@ class Cache:
             found = self._items.get(key)
             if found is not None:
                 return found[0]
-            self._items[key] = (value, size)
-            self.size += size
-            while self.size > self.max_size and len(self._items) > 1:
-                _, (_, old) = self._items.popitem(last=False)
-                self.size -= old
+            self._store(key, value, size)
             return value
+
+    def replace(self, key: Hashable, value: Any) -> Any:
+        """Store ``value`` under ``key`` in place of what it holds (the same thing in another
+        form); returns ``value``."""
+        size = self.sizeof(value)
+        with self._lock:
+            found = self._items.pop(key, None)
+            if found is not None:
+                self.size -= found[1]
+            self._store(key, value, size)
+            return value
+
+    def _store(self, key: Hashable, value: Any, size: int) -> None:
+        """Add ``value`` (the lock held) and drop the least recently used values past the bound."""
+        self._items[key] = (value, size)
+        self.size += size
+        while self.size > self.max_size and len(self._items) > 1:
+            _, (_, old) = self._items.popitem(last=False)
+            self.size -= old
 
     def get_or_build(self, key: Hashable, build: Callable[[], Any]) -> Any:
         """The cached value, or ``build()`` stored (a racing thread's value wins if it came first)."""

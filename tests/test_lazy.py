@@ -374,24 +374,24 @@ def test_counted_loop_masks_allow_exactly_the_tokens_that_step(qwen3_tokenizer, 
 
 
 def test_masks_keep_allowed_logits_and_ban_the_rest_dense_or_sparse():
-    """A shared mask, built from bools or from ids, is the sorted allowed ids when under a 32nd of
-    the row are allowed, the sorted banned ids when under a 16th are banned, else a float32 row (+0.0
-    where allowed, -inf elsewhere), at odd widths too; the same set gives the same digest and mask
-    either way, and applied to logits (one row or a batch, float32 or bfloat16) it keeps exactly the
-    allowed values and sets the rest to -inf."""
+    """A shared mask, built from bools or from ids, is the sorted allowed ids when under a quarter
+    of the row is allowed, the sorted banned ids when under a quarter is banned, else a float32 row
+    (+0.0 where allowed, -inf elsewhere), at odd widths too; the same set gives the same digest and
+    mask either way, and applied to logits (one row or a batch, float32 or bfloat16) it keeps
+    exactly the allowed values and sets the rest to -inf."""
     import mlx.core as mx
 
     from engine.automata.masks import apply_mask, bits_mask, shared_mask
 
     rng = np.random.default_rng(0)
     for width in (1, 33, 1000, 151936):
-        for share in (0.0, 0.001, 0.01, 0.5, 0.97, 0.999, 1.0):
+        for share in (0.0, 0.001, 0.01, 0.1, 0.5, 0.9, 0.97, 0.999, 1.0):
             allowed = rng.random(width) < share
             digest, mask = bits_mask(allowed.copy())
             got = np.array(mask)
-            if np.count_nonzero(allowed) * 32 < width:
+            if np.count_nonzero(allowed) * 4 < width:
                 assert got.dtype == np.uint32 and np.array_equal(got, np.flatnonzero(allowed))
-            elif np.count_nonzero(~allowed) * 16 < width:
+            elif np.count_nonzero(~allowed) * 4 < width:
                 assert got.dtype == np.int32 and np.array_equal(got, np.flatnonzero(~allowed))
             else:
                 assert got.dtype == np.float32 and got.shape == (width,)
@@ -406,6 +406,40 @@ def test_masks_keep_allowed_logits_and_ban_the_rest_dense_or_sparse():
                 out = np.array(apply_mask(logits, mask).astype(mx.float32))
                 want = np.where(allowed, np.array(logits.astype(mx.float32)), -np.inf)
                 assert out.shape == shape and np.array_equal(out, np.broadcast_to(want, shape))
+
+
+def test_a_listed_mask_that_is_not_few_becomes_its_row_at_its_eighth_use(qwen3_tokenizer):
+    """A state whose allowed (or banned) tokens are between a 32nd (a 16th) and a quarter of the row
+    is masked by their ids until the set's eighth use, then by the dense row of the same set (in
+    the cache too, so another grammar's state with that set gets the row); a set of few ids stays
+    listed however often it is used."""
+    import mlx.core as mx
+
+    from engine.automata.masks import MASKS, UPGRADE_AFTER, bits_mask, used
+
+    width = 151936
+    rng = np.random.default_rng(1)
+    for share, dtype in ((0.1, np.uint32), (0.9, np.int32)):
+        allowed = rng.random(width) < share
+        digest, mask = bits_mask(allowed.copy())
+        assert np.array(mask).dtype == dtype
+        forms = [used(digest, mask, width) for _ in range(UPGRADE_AFTER)]
+        assert all(np.array(f).dtype == dtype for f in forms[:-1])
+        assert forms[-1].dtype == mx.float32 and MASKS.get(digest) is forms[-1]
+        assert np.array_equal(allowed_bools(forms[-1], width), allowed)
+    few = rng.random(width) < 0.01
+    digest, mask = bits_mask(few.copy())
+    assert all(used(digest, mask, width) is mask for _ in range(3 * UPGRADE_AFTER))
+    # through a grammar: a pattern string's state, masked again and again (no use of its set before)
+    engine.clear_caches(vocabularies=False)
+    g = engine.compile_json_schema(qwen3_tokenizer, {"type": "string", "pattern": "^[a-z]+$"})
+    state = g.walk(qwen3_tokenizer.encode('"abc', add_special_tokens=False))
+    first = g.mask(state, BIG, width)
+    share = np.count_nonzero(allowed_bools(first, width)) / width
+    assert 1 / 32 < share < 1 / 4 and first.dtype == mx.uint32
+    later = [g.mask(state, BIG, width) for _ in range(UPGRADE_AFTER)]
+    assert later[-1].dtype == mx.float32
+    assert all(np.array_equal(allowed_bools(m, width), allowed_bools(first, width)) for m in later)
 
 
 @pytest.mark.parametrize("pad", [0, 267])

@@ -1,12 +1,16 @@
 """Masks, built once per content and shared by every grammar, in one of three forms (``apply_mask``
-applies each, ``allowed_bools`` reads each): where few tokens are allowed (under a 32nd of the row),
-the allowed ids (uint32), written into a row of -inf; where few are banned (under a 16th: a string's
+applies each, ``allowed_bools`` reads each): where under a quarter of the row is allowed, the
+allowed ids (uint32), written into a row of -inf; where under a quarter is banned (a string's
 characters), the banned ids (int32), set to -inf in the logits; else an additive float32 row (0
 allowed, -inf banned).
 
-A dense row is 148 fresh memory pages (~0.4 ms of page faults here) the first time a state is
-masked; an id list is a few, and applying it costs what the add does (~0.1 ms a step). Not float16:
-that would halve a row's pages, but on the CPU backend adding a float16 row to float32 logits costs
+A dense row is 148 fresh memory pages (~0.5 ms of page faults in a fresh process) the first time a
+set is masked; an id list is a few. Applying few ids (under a 32nd of the row allowed, a 16th
+banned) costs what the add does (~70 us a step here), but a quarter of the row's ids costs ~50 us
+more. So a set between the two is listed first and made a row at its UPGRADE_AFTER-th use: a
+state seen once (a counted pattern's positions) never pays the row, one seen often pays it once,
+and neither pays more than about twice what the better form would have cost. Not float16: that
+would halve a row's pages, but on the CPU backend adding a float16 row to float32 logits costs
 ~0.3 ms a step (the conversion), 3x the add itself."""
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ MASKS = Cache("masks", 512 << 20, lambda m: m.nbytes)  # by content digest, boun
 # (owner, state, capped budget, width) -> mask digest, and ("cap", owner, state) -> the state's cap
 STATE_MASKS = Cache("state masks", 1 << 20)
 _OWNERS = itertools.count()
+LISTED = 4  # a set with under 1/LISTED of the row allowed (or banned) is listed...
+UPGRADE_AFTER = 8  # ...and made a dense row at this use unless it is few (FEW_ALLOWED, FEW_BANNED)
+USES = Cache("mask uses", 1 << 16)  # by digest of a listed set that is not few: [times used]
 
 
 def new_owner() -> int:
@@ -49,7 +56,20 @@ def state_mask(owner: int, state: Hashable, budget: int, width: int, cap: Callab
     if m is None:
         digest, m = build(budget)
         STATE_MASKS.put(key, digest)
-    return m
+        return m
+    return used(digest, m, width)
+
+
+def used(digest: bytes, m: mx.array, width: int) -> mx.array:
+    """The mask ``m`` (under ``digest``) used once more: a listed set that is not few becomes its
+    dense row, in the cache too, at its UPGRADE_AFTER-th use."""
+    if m.dtype == mx.float32 or m.size * (FEW_ALLOWED if m.dtype == mx.uint32 else FEW_BANNED) < width:
+        return m
+    uses = USES.get_or_build(digest, lambda: [0])
+    uses[0] += 1  # two threads may both count one use: the row comes a use early
+    if uses[0] < UPGRADE_AFTER:
+        return m
+    return MASKS.replace(digest, mx.array(_additive(allowed_bools(m, width))))
 
 
 def apply_mask(logits: mx.array, mask: mx.array) -> mx.array:
@@ -85,13 +105,11 @@ def allowed_bools(mask: mx.array, width: int) -> np.ndarray:
 
 def shared_mask(ids: np.ndarray, width: int) -> tuple[bytes, mx.array]:
     """The mask allowing ``ids`` (repeats allowed), built once per content: (its digest, the mask).
-    The digest is of the set: its sorted ids when few (the mask is then those ids), its sorted
-    banned ids when few are banned (the mask is those), else its bits (an eighth of a wide row's
-    ids)."""
-    if len(ids) * FEW_ALLOWED < width:
-        unique = sorted_unique(ids).astype(np.int32)
-        digest = hashlib.blake2b(b"i" + unique.tobytes() + width.to_bytes(4, "little"), digest_size=16).digest()
-        return digest, MASKS.get_or_build(digest, lambda: mx.array(unique.astype(np.uint32)))
+    The digest is of the set: its sorted ids when under 1/LISTED of the row (the mask is then
+    those ids), its sorted banned ids when those are (the mask is those), else its bits (an
+    eighth of a wide row's ids)."""
+    if len(ids) * FEW_ALLOWED < width:  # few: sorted faster than set in a row and read back
+        return _listed(sorted_unique(ids).astype(np.uint32), width)
     allowed = np.zeros(width, dtype=bool)
     allowed[ids] = True
     return bits_mask(allowed)
@@ -100,17 +118,23 @@ def shared_mask(ids: np.ndarray, width: int) -> tuple[bytes, mx.array]:
 def bits_mask(allowed: np.ndarray) -> tuple[bytes, mx.array]:
     """``shared_mask`` of the tokens given as bools, one per logit (the same digest for the same set)."""
     width, count = len(allowed), int(np.count_nonzero(allowed))
-    if count * FEW_ALLOWED < width:
-        return shared_mask(np.flatnonzero(allowed), width)
-    if (width - count) * FEW_BANNED < width:
+    if count * LISTED < width:
+        return _listed(np.flatnonzero(allowed).astype(np.uint32), width)
+    if (width - count) * LISTED < width:
         return banned_mask(np.flatnonzero(~allowed).astype(np.int32), width)
     content = b"b" + np.packbits(allowed).tobytes()
     digest = hashlib.blake2b(content + width.to_bytes(4, "little"), digest_size=16).digest()
     return digest, MASKS.get_or_build(digest, lambda: mx.array(_additive(allowed)))
 
 
+def _listed(unique: np.ndarray, width: int) -> tuple[bytes, mx.array]:
+    """The mask allowing ``unique`` (sorted distinct uint32 ids): (its digest, the mask)."""
+    digest = hashlib.blake2b(b"i" + unique.tobytes() + width.to_bytes(4, "little"), digest_size=16).digest()
+    return digest, MASKS.get_or_build(digest, lambda: mx.array(unique))
+
+
 def banned_mask(banned: np.ndarray, width: int) -> tuple[bytes, mx.array]:
-    """The mask banning ``banned`` (sorted distinct int32 ids, under a 16th of the row) and
+    """The mask banning ``banned`` (sorted distinct int32 ids, under 1/LISTED of the row) and
     allowing the rest, built once per content: (its digest, the mask)."""
     digest = hashlib.blake2b(b"x" + banned.tobytes() + width.to_bytes(4, "little"), digest_size=16).digest()
     return digest, MASKS.get_or_build(digest, lambda: mx.array(banned))
@@ -198,7 +222,7 @@ class MaskTable:
         digest = self.by_key.get(key)
         m = MASKS.get(digest) if digest is not None else None
         if m is not None:
-            return m
+            return used(digest, m, self.width)
         got = block_mask(self.a, state, left - 1, bool(self.a.final[state]), self.vocab, self.width)
         if got is not None:
             digest, m = got
