@@ -1445,7 +1445,10 @@ def _member_list(members: list[str], required: list[bool], sep: str, at_least_on
     blocks = [members[i:i + size] for i in range(0, len(members), size)]
     first, later = nonempty, after
     if define is not None:
-        first, later = (lambda items: define(nonempty(items))), (lambda items: define(after(items)))
+        # a later block's definition is never empty, its use optional: a definition that may be
+        # empty returns at once, so every match state after a member held each later block's
+        # call and its return (o46322's 201 optional keys: 31 configurations, now 17)
+        first, later = (lambda items: define(nonempty(items))), (lambda items: f"(?:{define(sep + nonempty(items))})?")
     lists = first(blocks[0])
     for block in blocks[1:]:
         lists = f"(?:{lists}{later(block)}|{first(block)})"
