@@ -6,10 +6,10 @@ allowed, -inf banned).
 
 A dense row is 148 fresh memory pages (~0.5 ms of page faults in a fresh process) the first time a
 set is masked; an id list is a few. Applying few ids (under a 32nd of the row allowed, a 16th
-banned) costs what the add does (~70 us a step here), but a quarter of the row's ids costs ~50 us
+banned) costs about what the add does (65-80 us a step here), a quarter of the row's ids ~50 us
 more. So a set between the two is listed first and made a row at its UPGRADE_AFTER-th use: a
-state seen once (a counted pattern's positions) never pays the row, one seen often pays it once,
-and neither pays more than about twice what the better form would have cost. Not float16: that
+state seen once (a counted pattern's positions) never pays the row, and a set used often pays
+the row once, after at most UPGRADE_AFTER - 1 slower applies (~0.35 ms in all). Not float16: that
 would halve a row's pages, but on the CPU backend adding a float16 row to float32 logits costs
 ~0.3 ms a step (the conversion), 3x the add itself."""
 
