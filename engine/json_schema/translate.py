@@ -25,14 +25,12 @@ from urllib.parse import unquote
 import jsonschema
 
 from ..errors import SchemaError
-from ..regexes import alternation, escape, repeat_bounds, sre_constants, sre_parse
+from ..regexes import STRING_CHAR, alternation, escape, repeat_bounds, sre_constants, sre_parse
 from ..symbols import COUNTER_SLOTS, LINK_SLOTS, SPECIAL_CLASS, counter_symbol, link_symbol
 from .numbers import int_multiples, int_range, multiples, number_range
 from .patterns import PatternRegex
 
 WHITESPACE = r"[ ]?"
-STRING_CHAR = (rf'(?:[^"\\\x00-\x1F{SPECIAL_CLASS}]|\\["\\/bfnrt]'
-               r'|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))')
 LINK_MEMBERS_FROM = 1500  # linking, a property value written longer than this is a definition of its own
 # linking, an object with more optional members than this writes each block of them (see
 # _member_list) as definitions: outlines-core's time per DFA state grows with the regex

@@ -1,0 +1,103 @@
+"""Byte DFAs with JSON strings spliced in accept what outlines-core's own DFAs of the regexes accept.
+
+automata.byte_dfa builds a regex with SPLICE standing for each string's rest and splices one
+prebuilt copy of that rest's DFA in per use. Each check here walks the spliced DFA and the one
+outlines-core builds from the regex as written in product, byte by byte: every pair of states
+reached must agree on acceptance and on which bytes lead on.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+import engine
+from conftest import DATA
+from engine.automata.automaton import UNREACHABLE, bfs
+from engine.automata.byte_dfa import byte_dfa, outlines_dfa, splice
+from engine.json_schema import schema_to_regex
+from engine.regexes import STRING_REST
+from engine.symbols import SPLICE
+
+STRING = '"' + STRING_REST
+
+
+def trimmed(trans: np.ndarray, final: np.ndarray) -> np.ndarray:
+    """``trans`` with every state that cannot reach a final one made the dead state."""
+    n = len(final)
+    src = np.repeat(np.arange(n, dtype=np.int32), 256)
+    dst = trans[:n].reshape(-1)
+    keep = dst != n
+    live = np.append(bfs(dst[keep].astype(np.int32), src[keep], np.flatnonzero(final), n) < UNREACHABLE, False)
+    return np.where(live[trans], trans, n)
+
+
+def same_language(a: tuple, b: tuple) -> bool:
+    (ta, fa), (tb, fb) = a, b
+    ta, tb = trimmed(ta, fa), trimmed(tb, fb)
+    na, nb = len(fa), len(fb)
+    seen, todo = {(0, 0)}, [(0, 0)]
+    while todo:
+        x, y = todo.pop()
+        if fa[x] != fb[y] or not np.array_equal(ta[x] == na, tb[y] == nb):
+            return False
+        live = ta[x] != na
+        for pair in set(zip(ta[x][live].tolist(), tb[y][live].tolist())) - seen:
+            seen.add(pair)
+            todo.append(pair)
+    return True
+
+
+def spliced_once(regex: str):
+    """The spliced DFA, or None where splice declined (byte_dfa then builds the regex as written)."""
+    return splice(*outlines_dfa(regex.replace(STRING, '"' + SPLICE)))
+
+
+CASES = {
+    "one string": STRING,
+    "members": '\\{"a":' + STRING + '(?:,"b":' + STRING + ')?,"c":(?:' + STRING + '|null)\\}',
+    "array of strings": '\\[(?:' + STRING + '(?:,' + STRING + ')*)?\\]',
+    "string or number": '(?:' + STRING + '|-?[0-9]+)',
+}
+DECLINED = {
+    "a const beside a string": '(?:"abc"|' + STRING + ')',
+    "the empty string beside a string": '\\[(?:""|' + STRING + ')\\]',
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_spliced_strings_accept_what_the_written_regex_accepts(name):
+    regex = CASES[name]
+    assert spliced_once(regex) is not None, "the splice declined"
+    assert same_language(byte_dfa(regex), outlines_dfa(regex))
+
+
+@pytest.mark.parametrize("name", DECLINED)
+def test_a_string_that_needs_the_subset_construction_is_built_as_written(name):
+    regex = DECLINED[name]
+    assert spliced_once(regex) is None
+    assert same_language(byte_dfa(regex), outlines_dfa(regex))
+
+
+def test_the_spliced_piece_is_the_rest_of_a_string():
+    assert same_language(byte_dfa(STRING), outlines_dfa(STRING))
+    assert not same_language(byte_dfa(STRING), outlines_dfa('"[a-z]*"'))  # the check can fail
+
+
+def test_jsonschemabench_regexes_spliced_accept_what_they_accept_as_written():
+    checked = spliced = 0
+    for path in sorted(DATA.glob("jsonschemabench/*.jsonl")):
+        for line in open(path):
+            schema = json.loads(line)["schema"]
+            for link in (False, True):
+                try:
+                    t = schema_to_regex(schema, link=link)
+                except engine.ToolgateError:
+                    continue
+                for regex in [t.regex, *t.definitions]:
+                    if STRING not in regex or len(regex) > 20_000:
+                        continue
+                    checked += 1
+                    spliced += spliced_once(regex) is not None
+                    assert same_language(byte_dfa(regex), outlines_dfa(regex)), regex[:200]
+    assert checked >= 40 and spliced >= 0.9 * checked, (checked, spliced)
