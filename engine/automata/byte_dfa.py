@@ -105,19 +105,16 @@ def splice(trans: np.ndarray, final: np.ndarray) -> tuple[np.ndarray, np.ndarray
     for b in code:
         path.append(trans[path[-1], b])
     qs = np.flatnonzero(path[-1] != n)
-    steps = path[1:-1]  # the states inside SPLICE's bytes, from each q
     if not len(qs):
         return None
-    live = (trans[:n] != n).sum(axis=1)
-    inside = np.concatenate([s[qs] for s in steps])
-    if (live[qs] != 1).any() or (live[inside] != 1).any():
-        return None
-    entered = np.isin(trans[:n], inside)
-    expected = np.zeros_like(entered)
-    for k, s in enumerate(steps):
-        expected[(qs if k == 0 else steps[k - 1][qs]), code[k]] = True
-    if (entered != expected).any():  # something else enters SPLICE's inner states
-        return None
+    read = [qs] + [np.unique(s[qs]) for s in path[1:-1]]  # the states each of SPLICE's bytes is read from
+    if ((trans[np.concatenate(read)] != n).sum(axis=1) != 1).any():
+        return None  # q, or a state inside SPLICE's bytes, has another step
+    inside = np.concatenate(read[1:])
+    into = np.zeros(n + 1, dtype=bool)
+    into[inside] = True
+    if into[trans[:n]].sum() != sum(map(len, read[:-1])):  # each read from one state, into one
+        return None  # something else enters a state inside SPLICE's bytes
     k = len(inner)
     total = n + k * len(qs)
     out = np.full((total + 1, 256), total, dtype=np.int32)

@@ -62,21 +62,23 @@ def single_steps(trans: np.ndarray, single_bytes: np.ndarray, symbols: list[tupl
     keep = step != n
     keep[:, 1:] &= step[:, 1:] != step[:, :-1]
     src, dst = [np.repeat(np.arange(n, dtype=np.int32), keep.sum(axis=1))], [step[keep]]
-    if symbols and (trans[:n, symbols[0][0][0]] != n).any():
-        by_length: dict[int, list[bytes]] = {}
-        for text, _ in symbols:
-            by_length.setdefault(len(text), []).append(text)
-        # every state by every symbol of one length at once, a block of states at a time
-        # (some vocabularies have hundreds of symbols)
-        for texts in by_length.values():
-            spelled = np.frombuffer(b"".join(texts), dtype=np.uint8).reshape(len(texts), -1)
-            for lo in range(0, n, SYMBOL_BLOCK):
-                cur = np.repeat(np.arange(lo, min(n, lo + SYMBOL_BLOCK), dtype=np.int32)[:, None], len(texts), axis=1)
-                for b in spelled.T:
-                    cur = trans[cur, b]
-                ok = cur != n
-                src.append((np.nonzero(ok)[0] + lo).astype(np.int32))
-                dst.append(cur[ok])
+    # a symbol is read only from a state with a step on its lead byte (END's, for one, leaves
+    # every final state): those states go through every symbol of a length at once, a block of
+    # them at a time (some vocabularies have hundreds of symbols)
+    by_length: dict[int, list[bytes]] = {}
+    for text, _ in symbols:
+        by_length.setdefault(len(text), []).append(text)
+    for texts in by_length.values():
+        spelled = np.frombuffer(b"".join(texts), dtype=np.uint8).reshape(len(texts), -1)
+        leads = np.flatnonzero((trans[:n, np.unique(spelled[:, 0])] != n).any(axis=1)).astype(np.int32)
+        for lo in range(0, len(leads), SYMBOL_BLOCK):
+            at = leads[lo: lo + SYMBOL_BLOCK]
+            cur = np.repeat(at[:, None], len(texts), axis=1)
+            for b in spelled.T:
+                cur = trans[cur, b]
+            ok = cur != n
+            src.append(at[np.nonzero(ok)[0]])
+            dst.append(cur[ok])
     return np.concatenate(src), np.concatenate(dst)
 
 
