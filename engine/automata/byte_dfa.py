@@ -1,9 +1,9 @@
 """Regex -> DFA over bytes, by outlines-core (the one regex compiler the engine uses).
 
-outlines-core spends 5-9 µs per DFA state it builds (on this machine), and a JSON string's rest (its characters,
-escapes and closing quote) is ~20 states, written again for every string a schema holds. Those
-are built once: a regex is compiled with SPLICE standing for each string's rest, and a copy of
-the rest's own DFA is spliced in where SPLICE is read.
+outlines-core spends 5-9 µs per DFA state it builds (on this machine), and a JSON string's rest
+(its characters, escapes and closing quote) is ~20 states, written again for every string a
+schema holds. Those are built once: a regex is compiled with SPLICE standing for each string's
+rest, and a copy of the rest's own DFA is spliced in where SPLICE is read.
 """
 
 from __future__ import annotations
@@ -93,11 +93,11 @@ _REST = _piece(STRING_REST)
 
 def splice(trans: np.ndarray, final: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """``trans`` with each step on SPLICE replaced by a copy of a string's rest, or None where
-    that would not be exact. A state ``q`` whose one step is SPLICE's bytes, to ``r`` through states
-    nothing else enters, means the piece then ``r``: ``q`` becomes the piece's initial state
-    (with its loops), ``r`` its final one, and its other states are added per ``q``. A state
-    with another step (SPLICE beside a character the piece may begin with) needs the subset
-    construction, and the caller builds the regex as written instead."""
+    that would not be exact. A state ``q`` whose one step is SPLICE's bytes, to ``r`` through
+    states nothing else enters, means the piece then ``r``: ``q`` becomes the piece's initial
+    state (with its loops), ``r`` its final one, and its other states are added per ``q``. A
+    state with another step (SPLICE beside a character the piece may begin with) needs the
+    subset construction, and the caller builds the regex as written instead."""
     piece, last, inner = _REST
     n = len(final)
     code = SPLICE.encode()
