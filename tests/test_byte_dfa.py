@@ -33,6 +33,8 @@ def trimmed(trans: np.ndarray, final: np.ndarray) -> np.ndarray:
 
 
 def same_language(a: tuple, b: tuple) -> bool:
+    """Two byte DFAs walked in product from their initial states: every pair reached agrees on
+    acceptance and on which bytes lead to a live state."""
     (ta, fa), (tb, fb) = a, b
     ta, tb = trimmed(ta, fa), trimmed(tb, fb)
     na, nb = len(fa), len(fb)

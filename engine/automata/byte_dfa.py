@@ -74,8 +74,8 @@ def outlines_dfa(regex: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _piece(regex: str) -> tuple[np.ndarray, int, np.ndarray]:
-    """A piece to splice: its DFA, its one final state (which no byte leaves) and its states
-    other than the initial and final ones (END's steps from the final state left out)."""
+    """A piece to splice: its DFA, its one final state (left only by END's bytes) and its states
+    other than the initial and final ones (the states on END's bytes left out)."""
     trans, final = outlines_dfa(regex)
     n = len(final)
     (last,) = np.flatnonzero(final)
