@@ -13,14 +13,15 @@ import re._parser as sre_parse
 from .errors import CompileError
 from .symbols import SPECIAL_CLASS, is_symbol
 
-__all__ = ["STRING_CHAR", "STRING_REST", "alternation", "escape", "exclude_specials", "min_units", "py_regex",
+__all__ = ["NONEMPTY_REST", "STRING_CHAR", "STRING_REST", "alternation", "escape", "exclude_specials", "min_units", "py_regex",
            "repeat_bounds", "sre_constants", "sre_parse"]
 
 # one character of a JSON string's text (no special token among them), and the rest of a string
-# after its opening quote
+# after its opening quote (of a string of one character or more)
 STRING_CHAR = (rf'(?:[^"\\\x00-\x1F{SPECIAL_CLASS}]|\\["\\/bfnrt]'
                r'|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))')
 STRING_REST = STRING_CHAR + '*"'
+NONEMPTY_REST = STRING_CHAR + '{1,}"'
 
 
 def escape(text: str) -> str:

@@ -3,7 +3,7 @@
 Every added token (``<tool_call>``, ``<|im_end|>`` ...) is written in regexes as one character
 of U+E000..U+EFFF, so a grammar can ask for the token itself and ordinary text can never spell
 it. The top slots are the engine's: the automaton's START and END sentinels, the macro that
-stands for one whole tool call in a turn's outer automaton, the splice that stands for a JSON
+stands for one whole tool call in a turn's outer automaton, the two that stand for a JSON
 string's rest while outlines-core builds a DFA, the markers of counted strings and those of
 linked definitions.
 """
@@ -11,11 +11,13 @@ linked definitions.
 PUA_BASE = 0xE000
 PUA_LIMIT = 0x1000  # U+E000..U+EFFF all start with the UTF-8 byte 0xEE
 FORGE_BYTE = 0xEE  # ordinary tokens holding this byte could forge a symbol: they are dropped
-COUNTER_SLOTS = 64  # markers of counted long strings (see automata.counters), below the engine's four
+COUNTER_SLOTS = 64  # markers of counted long strings (see automata.counters), below the engine's five
 LINK_SLOTS = 1024  # markers of linked definitions (see automata.linked), below the counters
-TOKEN_SLOTS = PUA_LIMIT - 4 - COUNTER_SLOTS - LINK_SLOTS  # slots for added tokens; the rest are below
+TOKEN_SLOTS = PUA_LIMIT - 5 - COUNTER_SLOTS - LINK_SLOTS  # slots for added tokens; the rest are below
 
-SPLICE = chr(PUA_BASE + PUA_LIMIT - 4)  # U+EFFC: a JSON string's rest, spliced in after (automata.byte_dfa)
+# a JSON string's rest, and a non-empty one's, spliced in after outlines-core's build (automata.byte_dfa)
+NONEMPTY_SPLICE = chr(PUA_BASE + PUA_LIMIT - 5)  # U+EFFB
+SPLICE = chr(PUA_BASE + PUA_LIMIT - 4)  # U+EFFC
 START = chr(PUA_BASE + PUA_LIMIT - 3)  # U+EFFD: starts every compiled regex (see automata.byte_dfa)
 END = chr(PUA_BASE + PUA_LIMIT - 2)  # U+EFFE: ends every compiled regex
 MACRO = chr(PUA_BASE + PUA_LIMIT - 1)  # U+EFFF: one tool call in a turn's outer automaton

@@ -16,10 +16,10 @@ from conftest import DATA
 from engine.automata.automaton import UNREACHABLE, bfs
 from engine.automata.byte_dfa import byte_dfa, outlines_dfa, splice
 from engine.json_schema import schema_to_regex
-from engine.regexes import STRING_REST
-from engine.symbols import SPLICE
+from engine.regexes import NONEMPTY_REST, STRING_REST
+from engine.symbols import NONEMPTY_SPLICE, SPLICE
 
-STRING = '"' + STRING_REST
+STRING, NONEMPTY = '"' + STRING_REST, '"' + NONEMPTY_REST
 
 
 def trimmed(trans: np.ndarray, final: np.ndarray) -> np.ndarray:
@@ -52,7 +52,12 @@ def same_language(a: tuple, b: tuple) -> bool:
 
 def spliced_once(regex: str):
     """The spliced DFA, or None where splice declined (byte_dfa then builds the regex as written)."""
-    return splice(*outlines_dfa(regex.replace(STRING, '"' + SPLICE)))
+    written = regex.replace(STRING, '"' + SPLICE).replace(NONEMPTY, '"' + NONEMPTY_SPLICE)
+    dfa = outlines_dfa(written)
+    for symbol in (SPLICE, NONEMPTY_SPLICE):
+        if symbol in written and dfa is not None:
+            dfa = splice(*dfa, symbol)
+    return dfa
 
 
 CASES = {
@@ -60,10 +65,12 @@ CASES = {
     "members": '\\{"a":' + STRING + '(?:,"b":' + STRING + ')?,"c":(?:' + STRING + '|null)\\}',
     "array of strings": '\\[(?:' + STRING + '(?:,' + STRING + ')*)?\\]',
     "string or number": '(?:' + STRING + '|-?[0-9]+)',
+    "non-empty strings beside others": '\\{"a":' + NONEMPTY + ',"b":\\[' + NONEMPTY + '(?:,' + STRING + ')*\\]\\}',
 }
 DECLINED = {
     "a const beside a string": '(?:"abc"|' + STRING + ')',
     "the empty string beside a string": '\\[(?:""|' + STRING + ')\\]',
+    "a string beside a non-empty one": '(?:' + STRING + '|' + NONEMPTY + ')',
 }
 
 
@@ -81,8 +88,10 @@ def test_a_string_that_needs_the_subset_construction_is_built_as_written(name):
     assert same_language(byte_dfa(regex), outlines_dfa(regex))
 
 
-def test_the_spliced_piece_is_the_rest_of_a_string():
+def test_the_spliced_pieces_are_the_rests_of_strings():
     assert same_language(byte_dfa(STRING), outlines_dfa(STRING))
+    assert same_language(byte_dfa(NONEMPTY), outlines_dfa(NONEMPTY))
+    assert not same_language(byte_dfa(NONEMPTY), outlines_dfa(STRING))
     assert not same_language(byte_dfa(STRING), outlines_dfa('"[a-z]*"'))  # the check can fail
 
 
@@ -97,7 +106,7 @@ def test_jsonschemabench_regexes_spliced_accept_what_they_accept_as_written():
                 except engine.ToolgateError:
                     continue
                 for regex in [t.regex, *t.definitions]:
-                    if STRING not in regex or len(regex) > 20_000:
+                    if (STRING not in regex and NONEMPTY not in regex) or len(regex) > 20_000:
                         continue
                     checked += 1
                     spliced += spliced_once(regex) is not None

@@ -3,7 +3,8 @@
 outlines-core spends 5-9 µs per DFA state it builds (on this machine), and a JSON string's rest
 (its characters, escapes and closing quote) is ~20 states, written again for every string a
 schema holds. Those are built once: a regex is compiled with SPLICE standing for each string's
-rest, and a copy of the rest's own DFA is spliced in where SPLICE is read.
+rest (NONEMPTY_SPLICE for a non-empty string's), and a copy of the rest's own DFA is spliced in
+where the symbol is read.
 """
 
 from __future__ import annotations
@@ -14,21 +15,27 @@ import numpy as np
 from outlines_core import Index, Vocabulary
 
 from ..errors import CompileError
-from ..regexes import STRING_REST
-from ..symbols import END, SPLICE, START
+from ..regexes import NONEMPTY_REST, STRING_REST
+from ..symbols import END, NONEMPTY_SPLICE, SPLICE, START
 
 _BYTES = Vocabulary(256, {bytes([b]): [b] for b in range(256)})  # each byte a token of its own
 
 
 def byte_dfa(regex: str) -> tuple[np.ndarray, np.ndarray]:
     """The regex's DFA over bytes: (transitions (n+1, 256) with n as the dead state, final (n,))."""
-    opened = '"' + STRING_REST
-    if opened in regex and SPLICE not in regex:
-        trans, final = outlines_dfa(regex.replace(opened, '"' + SPLICE))
-        spliced = splice(trans, final)
-        if spliced is not None:
-            return spliced
-    return outlines_dfa(regex)
+    used = [symbol for symbol, rest in _RESTS.items() if '"' + rest in regex and symbol not in regex]
+    if not used:
+        return outlines_dfa(regex)
+    written = regex
+    for symbol in used:
+        written = written.replace('"' + _RESTS[symbol], '"' + symbol)
+    trans, final = outlines_dfa(written)
+    for symbol in used:
+        spliced = splice(trans, final, symbol)
+        if spliced is None:
+            return outlines_dfa(regex)
+        trans, final = spliced
+    return trans, final
 
 
 def outlines_dfa(regex: str) -> tuple[np.ndarray, np.ndarray]:
@@ -88,33 +95,35 @@ def _piece(regex: str) -> tuple[np.ndarray, int, np.ndarray]:
     return trans, int(last), np.array(sorted(seen - {0}), dtype=np.int64)
 
 
-_REST = _piece(STRING_REST)
+_RESTS = {SPLICE: STRING_REST, NONEMPTY_SPLICE: NONEMPTY_REST}  # each symbol, the rest it stands for
+_PIECES = {symbol: _piece(rest) for symbol, rest in _RESTS.items()}
 
 
-def splice(trans: np.ndarray, final: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """``trans`` with each step on SPLICE replaced by a copy of a string's rest, or None where
-    that would not be exact. A state ``q`` whose one step is SPLICE's bytes, to ``r`` through
-    states nothing else enters, means the piece then ``r``: ``q`` becomes the piece's initial
-    state (with its loops), ``r`` its final one, and its other states are added per ``q``. A
-    state with another step (SPLICE beside a character the piece may begin with) needs the
-    subset construction, and the caller builds the regex as written instead."""
-    piece, last, inner = _REST
+def splice(trans: np.ndarray, final: np.ndarray, symbol: str = SPLICE) -> tuple[np.ndarray, np.ndarray] | None:
+    """``trans`` with each step on ``symbol`` replaced by a copy of the string's rest it stands
+    for, or None where that would not be exact. A state ``q`` whose one step is the symbol's
+    bytes, to ``r`` through states nothing else enters, means the piece then ``r``: ``q``
+    becomes the piece's initial state (with its loops), ``r`` its final one, and its other
+    states are added per ``q``. A state with another step (the symbol beside a character the
+    piece may begin with) needs the subset construction, and the caller builds the regex as
+    written instead."""
+    piece, last, inner = _PIECES[symbol]
     n = len(final)
-    code = SPLICE.encode()
+    code = symbol.encode()
     path = [np.arange(n)]
     for b in code:
         path.append(trans[path[-1], b])
     qs = np.flatnonzero(path[-1] != n)
     if not len(qs):
         return None
-    read = [qs] + [np.unique(s[qs]) for s in path[1:-1]]  # the states each of SPLICE's bytes is read from
+    read = [qs] + [np.unique(s[qs]) for s in path[1:-1]]  # the states each of the symbol's bytes is read from
     if ((trans[np.concatenate(read)] != n).sum(axis=1) != 1).any():
-        return None  # q, or a state inside SPLICE's bytes, has another step
+        return None  # q, or a state inside the symbol's bytes, has another step
     inside = np.concatenate(read[1:])
     into = np.zeros(n + 1, dtype=bool)
     into[inside] = True
     if into[trans[:n]].sum() != sum(map(len, read[:-1])):  # each read from one state, into one
-        return None  # something else enters a state inside SPLICE's bytes
+        return None  # something else enters a state inside the symbol's bytes
     k = len(inner)
     total = n + k * len(qs)
     out = np.full((total + 1, 256), total, dtype=np.int32)
