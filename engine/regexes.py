@@ -13,8 +13,8 @@ import re._parser as sre_parse
 from .errors import CompileError
 from .symbols import SPECIAL_CLASS, is_symbol
 
-__all__ = ["NONEMPTY_REST", "STRING_CHAR", "STRING_REST", "alternation", "escape", "exclude_specials", "min_units", "py_regex",
-           "repeat_bounds", "sre_constants", "sre_parse"]
+__all__ = ["NONEMPTY_REST", "STRING_CHAR", "STRING_REST", "alternation", "escape", "exclude_specials", "min_units",
+           "py_regex", "repeat_bounds", "sre_constants", "sre_parse"]
 
 # one character of a JSON string's text (no special token among them), and the rest of a string
 # after its opening quote (of a string of one character or more)

@@ -116,10 +116,10 @@ def test_jsonschemabench_regexes_spliced_accept_what_they_accept_as_written():
 
 def test_splice_declines_where_another_step_enters_the_splice_symbols_bytes():
     trans, final = outlines_dfa('(?:"' + SPLICE + '|1)')
-    assert splice(trans, final) is not None
+    assert splice(trans, final, SPLICE) is not None
     n = len(final)
     inside = trans[trans[0, ord('"')], SPLICE.encode()[0]]  # one byte into SPLICE
     forged = trans.copy()
     forged[0, ord("x")] = inside  # "x" then SPLICE's last bytes: not a use of SPLICE
-    assert inside != n and splice(forged, final) is None
+    assert inside != n and splice(forged, final, SPLICE) is None
 

@@ -99,7 +99,7 @@ _RESTS = {SPLICE: STRING_REST, NONEMPTY_SPLICE: NONEMPTY_REST}  # each symbol, t
 _PIECES = {symbol: _piece(rest) for symbol, rest in _RESTS.items()}
 
 
-def splice(trans: np.ndarray, final: np.ndarray, symbol: str = SPLICE) -> tuple[np.ndarray, np.ndarray] | None:
+def splice(trans: np.ndarray, final: np.ndarray, symbol: str) -> tuple[np.ndarray, np.ndarray] | None:
     """``trans`` with each step on ``symbol`` replaced by a copy of the string's rest it stands
     for, or None where that would not be exact. A state ``q`` whose one step is the symbol's
     bytes, to ``r`` through states nothing else enters, means the piece then ``r``: ``q``
