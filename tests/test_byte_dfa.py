@@ -1,7 +1,9 @@
-"""Byte DFAs with JSON strings spliced in accept what outlines-core's own DFAs of the regexes accept.
+"""Byte DFAs with JSON strings and quoted literals spliced in accept what outlines-core's own DFAs
+of the regexes accept.
 
 automata.byte_dfa builds a regex with SPLICE standing for each string's rest and splices one
-prebuilt copy of that rest's DFA in per use. Each check here walks the spliced DFA and the one
+prebuilt copy of that rest's DFA in per use, and with a symbol standing for each quoted literal,
+spliced in as a trie of the literals each state reads. Each check here walks the spliced DFA and the one
 outlines-core builds from the regex as written in product, byte by byte: every pair of states
 reached must agree on acceptance and on which bytes lead on.
 """
@@ -14,7 +16,7 @@ import pytest
 import engine
 from conftest import DATA
 from engine.automata.automaton import UNREACHABLE, bfs
-from engine.automata.byte_dfa import byte_dfa, outlines_dfa, splice
+from engine.automata.byte_dfa import byte_dfa, outlines_dfa, quoted_literals, splice, splice_literals
 from engine.json_schema import schema_to_regex
 from engine.regexes import NONEMPTY_REST, STRING_REST
 from engine.symbols import NONEMPTY_SPLICE, SPLICE
@@ -96,7 +98,7 @@ def test_the_spliced_pieces_are_the_rests_of_strings():
 
 
 def test_jsonschemabench_regexes_spliced_accept_what_they_accept_as_written():
-    checked = spliced = 0
+    counts = [0, 0, 0, 0]  # with strings, spliced; with literals, spliced
     for path in sorted(DATA.glob("jsonschemabench/*.jsonl")):
         for line in open(path):
             schema = json.loads(line)["schema"]
@@ -106,12 +108,19 @@ def test_jsonschemabench_regexes_spliced_accept_what_they_accept_as_written():
                 except engine.ToolgateError:
                     continue
                 for regex in [t.regex, *t.definitions]:
-                    if (STRING not in regex and NONEMPTY not in regex) or len(regex) > 20_000:
+                    if len(regex) > 20_000:
                         continue
-                    checked += 1
-                    spliced += spliced_once(regex) is not None
+                    strings = STRING in regex or NONEMPTY in regex
+                    keyed = bool(quoted_literals(regex)[1])
+                    if not strings and not keyed:
+                        continue
+                    counts[0] += strings
+                    counts[1] += strings and spliced_once(regex) is not None
+                    counts[2] += keyed
+                    counts[3] += keyed and literals_spliced(regex) is not None
                     assert same_language(byte_dfa(regex), outlines_dfa(regex)), regex[:200]
-    assert checked >= 40 and spliced >= 0.9 * checked, (checked, spliced)
+    strings, spliced, keyed, literal = counts
+    assert strings >= 40 and spliced >= 0.9 * strings and keyed >= 40 and literal >= 0.9 * keyed, counts
 
 
 def test_splice_declines_where_another_step_enters_the_splice_symbols_bytes():
@@ -123,3 +132,39 @@ def test_splice_declines_where_another_step_enters_the_splice_symbols_bytes():
     forged[0, ord("x")] = inside  # "x" then SPLICE's last bytes: not a use of SPLICE
     assert inside != n and splice(forged, final, SPLICE) is None
 
+
+
+def literals_spliced(regex: str):
+    """The DFA with the regex's quoted literals spliced in (its strings' rests written), or None
+    where it has none or splice_literals declined."""
+    keyed, literals = quoted_literals(regex)
+    return splice_literals(*outlines_dfa(keyed), literals) if literals else None
+
+
+LITERAL_CASES = {
+    "keys sharing prefixes": '\\{(?:"name":1,)?(?:"names":2,)?(?:"nam":3,)?"n":4(?:,"name":5)?\\}',
+    "an enum with the empty string": '(?:""|"\\-R"|"\\-A"|"\\-A2")',
+    "escaped punctuation and non-ASCII": '\\{"a\\.b\\$c":(?:"x\\|y"|"é€")\\}',
+    "keys beside string values": '\\{"abc":' + STRING + '(?:,"abd":' + STRING + ')?\\}',
+}
+
+
+@pytest.mark.parametrize("name", LITERAL_CASES)
+def test_spliced_literals_accept_what_the_written_regex_accepts(name):
+    regex = LITERAL_CASES[name]
+    assert literals_spliced(regex) is not None, "the literal splice declined"
+    assert same_language(literals_spliced(regex), outlines_dfa(regex))
+    assert same_language(byte_dfa(regex), outlines_dfa(regex))
+
+
+def test_a_literal_beside_a_step_on_its_first_byte_is_built_as_written():
+    regex = '(?:"abc"|"[a-z]+1")'  # after the quote, "a" leads on in both
+    assert literals_spliced(regex) is None
+    assert same_language(byte_dfa(regex), outlines_dfa(regex))
+
+
+@pytest.mark.parametrize("regex", ['"ab"?', '["ab"]', '(?i)"ab"', '\\"ab"', '"a\\db"', '"a(b)"'])
+def test_only_a_literal_concatenation_becomes_a_symbol(regex):
+    keyed, literals = quoted_literals(regex)
+    assert (keyed, literals) == (regex, {})
+    assert same_language(byte_dfa(regex), outlines_dfa(regex))

@@ -4,19 +4,23 @@ outlines-core spends 5-9 µs per DFA state it builds (on this machine), and a JS
 (its characters, escapes and closing quote) is ~20 states, written again for every string a
 schema holds. Those are built once: a regex is compiled with SPLICE standing for each string's
 rest (NONEMPTY_SPLICE for a non-empty string's), and a copy of the rest's own DFA is spliced in
-where the symbol is read.
+where the symbol is read. Quoted literals (object keys, enum strings: a third of the states) are
+compiled as one symbol each (literal_symbol), and the literals read from a state are spliced in
+as a trie of their bytes.
 """
 
 from __future__ import annotations
 
 from itertools import chain
 
+import re
+
 import numpy as np
 from outlines_core import Index, Vocabulary
 
 from ..errors import CompileError
 from ..regexes import NONEMPTY_REST, STRING_REST
-from ..symbols import END, NONEMPTY_SPLICE, SPLICE, START
+from ..symbols import END, FORGE_BYTE, LITERAL_SLOTS, NONEMPTY_SPLICE, SPLICE, START, literal_symbol
 
 _BYTES = Vocabulary(256, {bytes([b]): [b] for b in range(256)})  # each byte a token of its own
 
@@ -24,18 +28,61 @@ _BYTES = Vocabulary(256, {bytes([b]): [b] for b in range(256)})  # each byte a t
 def byte_dfa(regex: str) -> tuple[np.ndarray, np.ndarray]:
     """The regex's DFA over bytes: (transitions (n+1, 256) with n as the dead state, final (n,))."""
     used = [symbol for symbol, rest in _RESTS.items() if '"' + rest in regex and symbol not in regex]
-    if not used:
-        return outlines_dfa(regex)
     written = regex
     for symbol in used:
         written = written.replace('"' + _RESTS[symbol], '"' + symbol)
-    trans, final = outlines_dfa(written)
+    keyed, literals = quoted_literals(written)
+    if literals:
+        dfa = _spliced(keyed, used, literals)
+        if dfa is not None:
+            return dfa
+    if not used:
+        return outlines_dfa(regex)
+    return _spliced(written, used, {}) or outlines_dfa(regex)
+
+
+def _spliced(written: str, used: list[str], literals: dict[bytes, bytes]) -> tuple | None:
+    """``written``'s DFA with the string rests of ``used`` and the ``literals`` spliced in; None
+    where a splice declines."""
+    dfa = outlines_dfa(written)
     for symbol in used:
-        spliced = splice(trans, final, symbol)
-        if spliced is None:
-            return outlines_dfa(regex)
-        trans, final = spliced
-    return trans, final
+        dfa = splice(*dfa, symbol)
+        if dfa is None:
+            return None
+    return splice_literals(*dfa, literals) if literals else dfa
+
+
+# outside a class: an escape, a class, a quoted run of plain characters and escaped punctuation
+# (a literal concatenation), or a run of anything else; a quantifier after a literal's closing
+# quote would bind to that quote alone, so such a literal stays written
+_LEXEME = re.compile(r"""(\\(?:[xup]\{[^}]*\}|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[pP].|.))"""
+                     r"""|(\[\^?\]?(?:\\.|[^\]\\])*\])"""
+                     r"""|("(?:[^"\\\[\](){}.*+?|^$\x00-\x1f\ue000-\uefff]|\\[-\\.+*?()|\[\]{}^$#&~/])*"(?![?*+{]))"""
+                     r"""|([^\\\[]+?(?="|\\|\[|$)|")""", re.S)
+_UNESCAPE = re.compile(r"\\(.)", re.S)
+MAX_LITERAL = 256  # bytes: the trie of literals sharing a prefix recurses once per shared byte
+
+
+def quoted_literals(regex: str) -> tuple[str, dict[bytes, bytes]]:
+    """``regex`` with each quoted literal up to MAX_LITERAL bytes written as one symbol (one per
+    distinct text, up to LITERAL_SLOTS), and each symbol's bytes -> the literal's bytes. A
+    regex with a nested class or inline flags (``(?i)``) is left as it is."""
+    if "(?" in regex.replace("(?:", "") or "[[" in regex:
+        return regex, {}
+    out, symbols = [], {}
+    for m in _LEXEME.finditer(regex):
+        text = m.group(3)
+        if text is None:
+            if m.group(2) is not None and "[" in m.group(2)[1:].replace("\\[", ""):
+                return regex, {}
+            out.append(m.group(0))
+            continue
+        data = _UNESCAPE.sub(r"\1", text).encode()
+        symbol = symbols.get(data)
+        if symbol is None and len(data) <= MAX_LITERAL and len(symbols) < LITERAL_SLOTS:
+            symbol = symbols[data] = literal_symbol(len(symbols))
+        out.append(symbol or text)
+    return "".join(out), {s.encode(): data for data, s in symbols.items()}
 
 
 def outlines_dfa(regex: str) -> tuple[np.ndarray, np.ndarray]:
@@ -97,6 +144,88 @@ def _piece(regex: str) -> tuple[np.ndarray, int, np.ndarray]:
 
 _RESTS = {SPLICE: STRING_REST, NONEMPTY_SPLICE: NONEMPTY_REST}  # each symbol, the rest it stands for
 _PIECES = {symbol: _piece(rest) for symbol, rest in _RESTS.items()}
+
+
+def splice_literals(trans: np.ndarray, final: np.ndarray, literals: dict[bytes, bytes]) -> tuple | None:
+    """``trans`` with each step on a literal's symbol (its bytes -> the literal's, in ``literals``)
+    replaced by the literal's bytes: from a state ``q``, the literals its symbols lead on to are a
+    trie of new states whose leaves are the symbols' targets. None where that would not be exact:
+    ``q`` has a step of its own on a literal's first byte, or one literal leads on where another
+    ends (the subset construction would be needed; the caller builds the literals as written)."""
+    n = len(final)
+    lead = trans[:n, FORGE_BYTE]
+    tries: list[tuple[int, list[tuple[bytes, int]]]] = []
+    cut: list[tuple[int, int]] = []
+    for q in np.flatnonzero(lead != n).tolist():
+        a = int(lead[q])
+        found = []
+        for b1 in np.flatnonzero(trans[a] != n).tolist():
+            b = int(trans[a, b1])
+            for b2 in np.flatnonzero(trans[b] != n).tolist():
+                data = literals.get(bytes((FORGE_BYTE, b1, b2)))
+                if data is not None:
+                    found.append((data, int(trans[b, b2])))
+                    cut.append((b, b2))
+        if found:
+            tries.append((q, found))
+    memo: dict = {}  # a node's steps ((byte, next state), ...), or a literal's rest (data, i, r) -> its state
+    rows: list[tuple[int, int, int]] = []  # (state, byte, next state)
+
+    def chain(data: bytes, i: int, r: int) -> int:
+        """The state after ``data[:i]`` from which only ``data[i:]`` leads on, to ``r``."""
+        at = r
+        for j in range(len(data) - 1, i - 1, -1):
+            got = memo.get((data, j, r))
+            if got is None:
+                got = memo[(data, j, r)] = n + len(memo)
+                rows.append((got, data[j], at))
+            at = got
+        return at
+
+    def node(group: list[tuple[bytes, int]], i: int) -> list[tuple[int, int]] | None:
+        """The steps after the common ``i`` bytes of the literals in ``group`` (sorted); None
+        where one ends where another leads on."""
+        steps = []
+        j = 0
+        while j < len(group):
+            byte = group[j][0][i]
+            k = j + 1
+            while k < len(group) and group[k][0][i] == byte:
+                k += 1
+            if k == j + 1:
+                steps.append((byte, chain(group[j][0], i + 1, group[j][1])))
+            elif any(len(d) == i + 1 for d, _ in group[j:k]):
+                return None
+            else:
+                below = node(group[j:k], i + 1)
+                if below is None:
+                    return None
+                got = memo.get(tuple(below))
+                if got is None:
+                    got = memo[tuple(below)] = n + len(memo)
+                    rows.extend((got, b, v) for b, v in below)
+                steps.append((byte, got))
+            j = k
+        return steps
+
+    for q, found in tries:
+        found.sort()
+        if any(trans[q, data[0]] != n for data, _ in found):
+            return None
+        steps = node(found, 0)
+        if steps is None:
+            return None
+        rows.extend((q, b, v) for b, v in steps)
+    extra = len(memo)
+    total = n + extra
+    out = np.full((total + 1, 256), total, dtype=np.int32)
+    out[:n] = np.where(trans[:n] == n, total, trans[:n])
+    if cut:
+        b, byte = np.array(cut).T
+        out[b, byte] = total
+    u, byte, v = np.array(rows).T
+    out[u, byte] = v
+    return out, np.concatenate([final, np.zeros(extra, dtype=bool)])
 
 
 def splice(trans: np.ndarray, final: np.ndarray, symbol: str) -> tuple[np.ndarray, np.ndarray] | None:
