@@ -11,9 +11,8 @@ as a trie of their bytes.
 
 from __future__ import annotations
 
-from itertools import chain
-
 import re
+from itertools import chain
 
 import numpy as np
 from outlines_core import Index, Vocabulary
@@ -171,7 +170,7 @@ def splice_literals(trans: np.ndarray, final: np.ndarray, literals: dict[bytes, 
     memo: dict = {}  # a node's steps ((byte, next state), ...), or a literal's rest (data, i, r) -> its state
     rows: list[tuple[int, int, int]] = []  # (state, byte, next state)
 
-    def chain(data: bytes, i: int, r: int) -> int:
+    def tail(data: bytes, i: int, r: int) -> int:
         """The state after ``data[:i]`` from which only ``data[i:]`` leads on, to ``r``."""
         at = r
         for j in range(len(data) - 1, i - 1, -1):
@@ -193,7 +192,7 @@ def splice_literals(trans: np.ndarray, final: np.ndarray, literals: dict[bytes, 
             while k < len(group) and group[k][0][i] == byte:
                 k += 1
             if k == j + 1:
-                steps.append((byte, chain(group[j][0], i + 1, group[j][1])))
+                steps.append((byte, tail(group[j][0], i + 1, group[j][1])))
             elif any(len(d) == i + 1 for d, _ in group[j:k]):
                 return None
             else:
