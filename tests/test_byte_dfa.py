@@ -76,18 +76,6 @@ DECLINED = {
 }
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_spliced_strings_accept_what_the_written_regex_accepts(name):
-    regex = CASES[name]
-    assert spliced_once(regex) is not None, "the splice declined"
-    assert same_language(byte_dfa(regex), outlines_dfa(regex))
-
-
-@pytest.mark.parametrize("name", DECLINED)
-def test_a_string_that_needs_the_subset_construction_is_built_as_written(name):
-    regex = DECLINED[name]
-    assert spliced_once(regex) is None
-    assert same_language(byte_dfa(regex), outlines_dfa(regex))
 
 
 def test_the_spliced_pieces_are_the_rests_of_strings():
@@ -133,7 +121,6 @@ def test_splice_declines_where_another_step_enters_the_splice_symbols_bytes():
     assert inside != n and splice(forged, final, SPLICE) is None
 
 
-
 def literals_spliced(regex: str):
     """The DFA with the regex's quoted literals spliced in (its strings' rests written), or None
     where it has none or splice_literals declined."""
@@ -149,17 +136,34 @@ LITERAL_CASES = {
 }
 
 
-@pytest.mark.parametrize("name", LITERAL_CASES)
-def test_spliced_literals_accept_what_the_written_regex_accepts(name):
-    regex = LITERAL_CASES[name]
-    assert literals_spliced(regex) is not None, "the literal splice declined"
-    assert same_language(literals_spliced(regex), outlines_dfa(regex))
+LITERAL_DECLINED = {
+    "a literal beside a step on its first byte": '(?:"abc"|"[a-z]+1")',  # after the quote, "a" leads on in both
+}
+SPLICED = [(spliced_once, CASES, name) for name in CASES] + \
+    [(literals_spliced, LITERAL_CASES, name) for name in LITERAL_CASES]
+BUILT_AS_WRITTEN = [(spliced_once, DECLINED, name) for name in DECLINED] + \
+    [(literals_spliced, LITERAL_DECLINED, name) for name in LITERAL_DECLINED]
+
+
+@pytest.mark.parametrize("spliced, cases, name", SPLICED, ids=[name for *_, name in SPLICED])
+def test_spliced_dfas_accept_what_the_written_regex_accepts(spliced, cases, name):
+    regex = cases[name]
+    dfa = spliced(regex)
+    assert dfa is not None, "the splice declined"
+    assert same_language(dfa, outlines_dfa(regex))
     assert same_language(byte_dfa(regex), outlines_dfa(regex))
 
 
-def test_a_literal_beside_a_step_on_its_first_byte_is_built_as_written():
-    regex = '(?:"abc"|"[a-z]+1")'  # after the quote, "a" leads on in both
-    assert literals_spliced(regex) is None
+@pytest.mark.parametrize("spliced, cases, name", BUILT_AS_WRITTEN, ids=[name for *_, name in BUILT_AS_WRITTEN])
+def test_what_needs_the_subset_construction_is_built_as_written(spliced, cases, name):
+    regex = cases[name]
+    assert spliced(regex) is None
+    assert same_language(byte_dfa(regex), outlines_dfa(regex))
+
+
+def test_literals_no_string_reaches_leave_the_dfa_as_built():
+    regex = '(?:a|[^\\x00-\\x{10FFFF}]"abc")'  # the empty class: nothing reads the literal
+    assert quoted_literals(regex)[1]
     assert same_language(byte_dfa(regex), outlines_dfa(regex))
 
 

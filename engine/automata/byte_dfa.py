@@ -167,6 +167,8 @@ def splice_literals(trans: np.ndarray, final: np.ndarray, literals: dict[bytes, 
                     cut.append((b, b2))
         if found:
             tries.append((q, found))
+    if not tries:  # the literals stand where no string reaches
+        return trans, final
     memo: dict = {}  # a node's steps ((byte, next state), ...), or a literal's rest (data, i, r) -> its state
     rows: list[tuple[int, int, int]] = []  # (state, byte, next state)
 
