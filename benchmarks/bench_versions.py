@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+SLOW_STEP = 0.3e-3  # s: a first-walk step this slow is a first visit's work, not a seen state's lookup
 ROOT = HERE.parent
 
 
@@ -102,6 +103,13 @@ def report(args, labels: dict[str, str], res: dict[str, list[dict]], minutes: fl
     for r, i in ratios:
         if r < 0.5 or r > 2:
             lines.append(f"| {i} | {base[i]['compile'] * 1e3:.0f} | {head[i]['compile'] * 1e3:.0f} | {r:.2f} |")
+    # the same walks in both versions, step by step: first visits paired, where either was slow
+    pairs = [(b, h) for i in both for b, h in zip(base[i].get("mask", {}).get("first", []),
+                                                   head[i].get("mask", {}).get("first", [])) if max(b, h) > SLOW_STEP]
+    if pairs:
+        lines += ["", f"First-walk steps over {SLOW_STEP * 1e3:g} ms in either version, paired step by step "
+                  f"({len(pairs)}): head / base median {statistics.median(h / b for b, h in pairs):.2f}, "
+                  f"of their sums {sum(h for _, h in pairs) / sum(b for b, _ in pairs):.2f}."]
     verdicts = [(a[1], b[1]) for i in both for a, b in zip(base[i].get("tests", []), head[i].get("tests", []))]
     lines += ["", f"Instance verdicts on the schemas both compiled: {sum(a != b for a, b in verdicts)} of "
               f"{len(verdicts)} differ between the versions."]
@@ -120,6 +128,7 @@ def main() -> None:
     ap.add_argument("--head-extra-keys", action="store_true",
                     help="the head compiles with extra_keys=True (with --base HEAD: that option's cost alone)")
     ap.add_argument("--extra-keys", action="store_true", help="both versions compile with extra_keys=True")
+    ap.add_argument("--raw", help="also write every record (compile and per-step times) to this JSON file")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -156,6 +165,8 @@ def main() -> None:
             p.wait()
     finally:
         git("worktree", "remove", "--force", tree)
+    if args.raw:
+        Path(args.raw).write_text(json.dumps({"labels": labels, "records": res}))
     Path(args.out).write_text(report(args, labels, res, (time.perf_counter() - started) / 60))
     print(Path(args.out).read_text())
 

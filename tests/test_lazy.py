@@ -215,6 +215,33 @@ def test_rows_where_a_string_leaves_its_chain_or_loop_are_the_byte_walk(name, re
     assert departed, regex  # some steered block left tokens out, walked instead
 
 
+def test_bounded_string_states_are_the_string_run_less_the_tokens_past_the_bound(qwen3_tokenizer):
+    """A bounded string's states (a maxLength's chain) take the JSON string's run, indexed by
+    cell with the vocabulary: a state's bools are the run's tokens less those of its cells past
+    the bound, or its live cells' tokens where those are fewer, and where the tokens it leaves
+    out are few its mask is their ids (no pass over the row). Each equals the token-by-token
+    byte walk."""
+    vocab = build_vocab(qwen3_tokenizer)
+    walk = _byte_walk(vocab)
+    lazy = compile_regex(f'"{_S}{{0,12}}"', vocab, timeout=60, lazy=True)
+    width = vocab.size + 100
+    kinds, banned_states = set(), 0
+    for state in range(len(lazy.final)):
+        block = lazy.parts(state)[0]
+        if block is None or block.full:
+            continue
+        assert block.run.indexed
+        assert _check_row(lazy, walk, state, width, state)
+        kinds.add(2 * len(block.tokens()[0]) > block.run.count)  # more allowed than left out, or fewer
+        banned = lazy.banned(state, BIG, width)
+        if banned is not None:
+            want = np.ones(width, dtype=bool)
+            want[lazy.row(state)[0]] = False
+            assert np.array_equal(banned, np.flatnonzero(want)), state
+            banned_states += 1
+    assert kinds == {True, False} and banned_states
+
+
 @pytest.mark.parametrize("name", ["qwen3", "mistral"])
 @pytest.mark.parametrize("regex", ['"[a-z0-9_]*"', r'[a-z]{0,6}[\x00-\x09]', '"[A-Za-z+.-]{2,9}"', "[0-9a-f]{8}-[0-9a-f]{4}", '"[ !#-~]*"',
                                    '"[ !#-~]{2,9}"', '"[0-9A-Fa-f]{4,32}"'])

@@ -45,8 +45,8 @@ CHAINS = Cache("chain maps", 1 << 12)
 MAX_SKIPPED_FIRST = 24
 # an ASCII class of at most this many bytes has its run walked in the trie (see _ascii_run)
 WALKED_CLASS_BYTES = 24
-# a run of fewer than a 4th of the row's tokens sets its allowed ones (Block.bits) rather than
-# looking every token id up in its cells
+# a run of fewer than a 4th of the row's tokens, and no index by cell, sets its allowed ones
+# (Block.bits) rather than looking every token id up in its cells
 SPARSE_RUN = 4
 # by (id(run), width, the cells allowed): a class's allowed tokens as bools (Block.bits), with the run
 CLASS_BITS = Cache("class token bits", 64 << 20, lambda v: v[1].nbytes)
@@ -148,7 +148,7 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
                     key=vocab.fingerprint)
         for char_class in COMMON_CLASSES:
             run = _run_for(got, char_class)
-            _ = run.outside, run.by_first, run.cell_counts  # built now: a string state's mask is these less a few
+            _ = run.outside, run.by_first, run.cell_counts, run.by_cell  # built now: a string state's mask is these less a few
         _classify_common_rows()
         return TRIES.put(vocab.fingerprint, got)
 
@@ -243,6 +243,9 @@ class _Run:
     skip_first: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))  # ids left out
     steered: bool = False
+    # the class's whole run, for a run derived from it: their token arrays are the same, so are
+    # the tables below (each a pass over the vocabulary, not made again per derived run)
+    whole: "_Run | None" = None
 
     @property
     def count(self) -> int:
@@ -251,8 +254,33 @@ class _Run:
 
     @cached_property
     def cell_counts(self) -> np.ndarray:
-        """How many of the run's tokens end in each cell (flat)."""
+        """How many of the run's tokens end in each cell (flat), those it drops included."""
+        if self.whole is not None:
+            return self.whole.cell_counts
         return np.bincount(self.cell, minlength=self.present.size)
+
+    @cached_property
+    def by_cell(self) -> tuple[np.ndarray, np.ndarray]:
+        """The run's token ids ordered by cell, and where each cell's begin (cells + 1 offsets):
+        the tokens of a few cells, by slices. Built with the vocabulary for the common classes
+        only (~1 ms, ten lookups of every token id in its cells): see ``indexed``."""
+        if self.whole is not None:
+            return self.whole.by_cell
+        cell = self.cell.astype(np.int16) if self.present.size < 1 << 15 else self.cell  # a radix sort
+        order = np.argsort(cell, kind="stable")
+        return self.ids[order], np.searchsorted(self.cell[order], np.arange(self.present.size + 1))
+
+    @property
+    def indexed(self) -> bool:
+        """Whether ``by_cell`` is built (for this run's whole run)."""
+        return "by_cell" in (self.whole or self).__dict__
+
+    @cached_property
+    def in_class(self) -> np.ndarray:
+        """Per token id, whether it is of the class (those the run drops included)."""
+        if self.whole is not None:
+            return self.whole.in_class
+        return self.token_cell < self.present.size
 
     @cached_property
     def by_first(self) -> tuple[np.ndarray, np.ndarray]:
@@ -264,6 +292,8 @@ class _Run:
     @cached_property
     def outside(self) -> np.ndarray:
         """The token ids of the vocabulary that are not of the class, sorted (int32)."""
+        if self.whole is not None:
+            return self.whole.outside
         return np.flatnonzero(self.token_cell == self.present.size).astype(np.int32)
 
 
@@ -458,13 +488,11 @@ class Block:
 
     def bits(self, width: int) -> np.ndarray:
         """The allowed class tokens below ``width`` as bools, a fresh array, never a list: a full
-        block's are every token of the class (one comparison per token id); any other's come
-        from one lookup per token id in its cells, shared by blocks allowing the same cells of
-        one class (the entry holds its run, so the run's id in the key stays its own)."""
+        block's are every token of the class; any other's are those less the tokens of its dead
+        cells, or its live cells' tokens, whichever are fewer, shared by blocks allowing the same
+        cells of one class (the entry holds its run, so the run's id in the key stays its own)."""
         if self.full:
-            out = self.run.token_cell[:width] < self.run.present.size
-            out = out if len(out) == width else np.append(out, np.zeros(width - len(out), dtype=bool))
-            return self._less_dropped(out)
+            return self._less_dropped(_fitted(self.run.in_class, width))
         key = (id(self.run), width, np.packbits(self.live).tobytes())
         found = CLASS_BITS.get(key)
         if found is None:
@@ -472,39 +500,70 @@ class Block:
         return found[1].copy()
 
     def banned(self, width: int) -> np.ndarray | None:
-        """The token ids below ``width`` a full block leaves out (sorted int32), when they are under
-        a 16th of the row (a string's characters: its mask is those less the state's other
-        tokens, with no pass over the row); else None. A run less some first bytes has none but
-        a steered one's."""
-        if not self.full or (len(self.run.dropped) and not self.run.steered):
+        """The token ids below ``width`` the block leaves out (sorted int32), when they are under a
+        16th of the row (a string's characters, all of them or all but the longest tokens: its
+        mask is those less the state's other tokens, with no pass over the row); else None. A
+        run less some first bytes has none but a steered one's."""
+        if len(self.run.dropped) and not self.run.steered:
+            return None
+        dead = self._dead_cells()
+        if len(dead) and not self.run.indexed:
             return None
         out, dropped = self.run.outside, self.run.dropped
         known = len(self.run.token_cell)  # ids past the vocabulary's are of no class
-        if (len(out) + len(dropped) + max(0, width - known)) * FEW_BANNED >= width:
+        if (len(out) + len(dropped) + self._count(dead) + max(0, width - known)) * FEW_BANNED >= width:
             return None
-        if len(dropped):  # a steered run's, none of them outside the class
-            out = np.insert(out, np.searchsorted(out, dropped), dropped)
+        more = np.concatenate([dropped, self._cell_ids(dead)]) if len(dead) else dropped
+        if len(more):  # none of them outside the class
+            more = sorted_unique(more).astype(np.int32)
+            out = np.insert(out, np.searchsorted(out, more), more)
         if known < width:
             return np.concatenate([out, np.arange(known, width, dtype=np.int32)])
         return out[:np.searchsorted(out, width)]
 
+    def _dead_cells(self) -> np.ndarray:
+        """The cells some class token ends in that lead nowhere (flat indices)."""
+        return np.flatnonzero(self.run.present.reshape(-1) & (self.table.reshape(-1) == self.dead))
+
+    def _count(self, cells: np.ndarray) -> int:
+        """How many class tokens end in ``cells``."""
+        return int(self.run.cell_counts[cells].sum())
+
+    def _cell_ids(self, cells: np.ndarray) -> np.ndarray:
+        """The class tokens ending in ``cells`` (unsorted)."""
+        ids, offsets = self.run.by_cell
+        return ids[ranges(cells, offsets)[1]]
+
     def _bits(self, width: int) -> np.ndarray:
         run = self.run
-        if len(run.ids) * SPARSE_RUN < width:  # a narrow class (hex digits): set its few tokens
-            out = np.zeros(width, dtype=bool)
-            ids = run.ids[self.live.reshape(-1)[run.cell]]
-            out[ids[ids < width]] = True
-            return out
-        cell = run.token_cell[:width]
-        out = np.append(self.live.reshape(-1), False)[cell]
-        if len(cell) < width:
-            out = np.append(out, np.zeros(width - len(cell), dtype=bool))
+        if not run.indexed:
+            if len(run.ids) * SPARSE_RUN < width:  # a narrow class (hex digits): set its few tokens
+                out = np.zeros(width, dtype=bool)
+                ids = run.ids[self.live.reshape(-1)[run.cell]]
+                out[ids[ids < width]] = True
+                return out
+            return _fitted(np.take(np.append(self.live.reshape(-1), False), run.token_cell[:width]), width)
+        live, dead = np.flatnonzero(self.live), self._dead_cells()
+        if self._count(live) <= self._count(dead):
+            out, cells, value = np.zeros(width, dtype=bool), live, True
+        else:
+            out, cells, value = _fitted(run.in_class, width), dead, False
+        ids = self._cell_ids(cells)
+        out[ids[ids < width]] = value
         return out
 
     def _less_dropped(self, out: np.ndarray) -> np.ndarray:
         dropped = self.run.dropped
         out[dropped[dropped < len(out)]] = False
         return out
+
+
+def _fitted(bools: np.ndarray, width: int) -> np.ndarray:
+    """A fresh copy of ``bools`` cut or padded (False) to ``width``."""
+    out = np.zeros(width, dtype=bool)
+    m = min(width, len(bools))
+    out[:m] = bools[:m]
+    return out
 
 
 def _run_for(trie: _Trie, char_class: str, skip_first: bytes = b"") -> _Run:
@@ -531,7 +590,7 @@ def _skipping(run: _Run, trie: _Trie, skip_first: bytes) -> _Run:
     one_byte = np.flatnonzero((run.trans[0, :128] == 0) & ~skipped[:128])
     return _Run(run.trans, run.edges, run.tree, run.ids, run.k, run.j, run.exits[out], run.exit_k[out], run.exit_j[out],
                 int(one_byte[0]) if len(one_byte) else -1, run.cell, run.exit_cell[out], run.exit_byte[out],
-                present, run.token_cell, run.first, skip, run.ids[drop])
+                present, run.token_cell, run.first, skip, run.ids[drop], whole=run.whole or run)
 
 
 STEER_CANDIDATES = 1 << 13  # trie nodes where a steered chain may leave its table (else it is no block)
@@ -586,12 +645,10 @@ def _steered_run(whole: _Run, dropped: np.ndarray, kept: np.ndarray) -> _Run:
     """The class's ``whole`` run less the ``dropped`` tokens, with the exits ``kept``."""
     size = whole.present.size
     cells = np.bincount(whole.token_cell[dropped], minlength=size)[:size]
-    steered = _Run(whole.trans, whole.edges, whole.tree, whole.ids, whole.k, whole.j, whole.exits[kept],
+    return _Run(whole.trans, whole.edges, whole.tree, whole.ids, whole.k, whole.j, whole.exits[kept],
                    whole.exit_k[kept], whole.exit_j[kept], whole.one_byte, whole.cell, whole.exit_cell[kept],
                    whole.exit_byte[kept], ((whole.cell_counts - cells) > 0).reshape(whole.present.shape),
-                   whole.token_cell, whole.first, dropped=dropped, steered=True)
-    steered.__dict__["outside"] = whole.outside  # the same token cells: not worked out again per state
-    return steered
+                   whole.token_cell, whole.first, dropped=dropped, steered=True, whole=whole.whole or whole)
 
 
 def _run_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray, list[tuple[str, bytes]]]]:

