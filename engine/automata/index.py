@@ -45,8 +45,8 @@ CHAINS = Cache("chain maps", 1 << 12)
 MAX_SKIPPED_FIRST = 24
 # an ASCII class of at most this many bytes has its run walked in the trie (see _ascii_run)
 WALKED_CLASS_BYTES = 24
-# a run of fewer than a 4th of the row's tokens, and no index by cell, sets its allowed ones
-# (Block.bits) rather than looking every token id up in its cells
+# a run of fewer than a 4th of the row's tokens sets its allowed ones (Block.bits) rather than
+# looking every token id up in its cells
 SPARSE_RUN = 4
 # by (id(run), width, the cells allowed): a class's allowed tokens as bools (Block.bits), with the run
 CLASS_BITS = Cache("class token bits", 64 << 20, lambda v: v[1].nbytes)
@@ -148,7 +148,7 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
                     key=vocab.fingerprint)
         for char_class in COMMON_CLASSES:
             run = _run_for(got, char_class)
-            _ = run.outside, run.by_first, run.cell_counts, run.by_cell  # built now: a string state's mask is these less a few
+            _ = run.outside, run.by_first, run.cell_counts, run.by_cell, run.in_class  # built now: a string state's mask is these less a few
         _classify_common_rows()
         return TRIES.put(vocab.fingerprint, got)
 
@@ -488,9 +488,10 @@ class Block:
 
     def bits(self, width: int) -> np.ndarray:
         """The allowed class tokens below ``width`` as bools, a fresh array, never a list: a full
-        block's are every token of the class; any other's are those less the tokens of its dead
-        cells, or its live cells' tokens, whichever are fewer, shared by blocks allowing the same
-        cells of one class (the entry holds its run, so the run's id in the key stays its own)."""
+        block's are every token of the class; any other's are, where few, those less the tokens
+        of its dead cells or its live cells' tokens (a run indexed by cell), else one lookup per
+        token id in its cells, shared by blocks allowing the same cells of one class (the entry
+        holds its run, so the run's id in the key stays its own)."""
         if self.full:
             return self._less_dropped(_fitted(self.run.in_class, width))
         key = (id(self.run), width, np.packbits(self.live).tobytes())
@@ -536,21 +537,20 @@ class Block:
 
     def _bits(self, width: int) -> np.ndarray:
         run = self.run
-        if not run.indexed:
-            if len(run.ids) * SPARSE_RUN < width:  # a narrow class (hex digits): set its few tokens
-                out = np.zeros(width, dtype=bool)
-                ids = run.ids[self.live.reshape(-1)[run.cell]]
-                out[ids[ids < width]] = True
+        if run.indexed:
+            live, dead = np.flatnonzero(self.live), self._dead_cells()
+            few_live = self._count(live) <= self._count(dead)
+            if min(self._count(live), self._count(dead)) * FEW_BANNED < width:
+                out = np.zeros(width, dtype=bool) if few_live else _fitted(run.in_class, width)
+                ids = self._cell_ids(live if few_live else dead)
+                out[ids[ids < width]] = few_live
                 return out
-            return _fitted(np.take(np.append(self.live.reshape(-1), False), run.token_cell[:width]), width)
-        live, dead = np.flatnonzero(self.live), self._dead_cells()
-        if self._count(live) <= self._count(dead):
-            out, cells, value = np.zeros(width, dtype=bool), live, True
-        else:
-            out, cells, value = _fitted(run.in_class, width), dead, False
-        ids = self._cell_ids(cells)
-        out[ids[ids < width]] = value
-        return out
+        if len(run.ids) * SPARSE_RUN < width:  # a narrow class (hex digits): set its few tokens
+            out = np.zeros(width, dtype=bool)
+            ids = run.ids[self.live.reshape(-1)[run.cell]]
+            out[ids[ids < width]] = True
+            return out
+        return _fitted(np.take(np.append(self.live.reshape(-1), False), run.token_cell[:width]), width)
 
     def _less_dropped(self, out: np.ndarray) -> np.ndarray:
         dropped = self.run.dropped

@@ -470,10 +470,14 @@ class LinkedAutomaton:
         edges = [self.edges(c) for c in state]
         if all(e[0] is None for e in edges) or any(budget < e[3] for e in edges):
             return None
-        bits = np.zeros(width, dtype=bool)
-        for block, toks, _, _ in edges:
+        bits = None  # the first block's bools, a fresh array: the others are added to it
+        for block, _, _, _ in edges:
             if block is not None:
-                bits |= block.bits(width)
+                if bits is None:
+                    bits = block.bits(width)
+                else:
+                    bits |= block.bits(width)
+        for _, toks, _, _ in edges:
             bits[toks[toks < width]] = True
         return bits
 

@@ -116,12 +116,13 @@ def shared_mask(ids: np.ndarray, width: int) -> tuple[bytes, mx.array]:
 
 
 def bits_mask(allowed: np.ndarray) -> tuple[bytes, mx.array]:
-    """``shared_mask`` of the tokens given as bools, one per logit (the same digest for the same set)."""
+    """``shared_mask`` of the tokens given as bools, one per logit (the same digest for the same
+    set); ``allowed`` may be changed (a fresh row of bools is 37 fresh pages in a new process)."""
     width, count = len(allowed), int(np.count_nonzero(allowed))
     if count * LISTED < width:
         return _listed(np.flatnonzero(allowed).astype(np.uint32), width)
     if (width - count) * LISTED < width:
-        return banned_mask(np.flatnonzero(~allowed).astype(np.int32), width)
+        return banned_mask(np.flatnonzero(np.logical_not(allowed, out=allowed)).astype(np.int32), width)
     digest = _digest(b"b", np.packbits(allowed), width)
     return digest, MASKS.get_or_build(digest, lambda: mx.array(_additive(allowed)))
 
