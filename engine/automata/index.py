@@ -539,8 +539,9 @@ class Block:
         run = self.run
         if run.indexed:
             live, dead = np.flatnonzero(self.live), self._dead_cells()
-            few_live = self._count(live) <= self._count(dead)
-            if min(self._count(live), self._count(dead)) * FEW_BANNED < width:
+            n_live, n_dead = self._count(live), self._count(dead)
+            if min(n_live, n_dead) * FEW_BANNED < width:
+                few_live = n_live <= n_dead
                 out = np.zeros(width, dtype=bool) if few_live else _fitted(run.in_class, width)
                 ids = self._cell_ids(live if few_live else dead)
                 out[ids[ids < width]] = few_live
@@ -646,9 +647,9 @@ def _steered_run(whole: _Run, dropped: np.ndarray, kept: np.ndarray) -> _Run:
     size = whole.present.size
     cells = np.bincount(whole.token_cell[dropped], minlength=size)[:size]
     return _Run(whole.trans, whole.edges, whole.tree, whole.ids, whole.k, whole.j, whole.exits[kept],
-                   whole.exit_k[kept], whole.exit_j[kept], whole.one_byte, whole.cell, whole.exit_cell[kept],
-                   whole.exit_byte[kept], ((whole.cell_counts - cells) > 0).reshape(whole.present.shape),
-                   whole.token_cell, whole.first, dropped=dropped, steered=True, whole=whole.whole or whole)
+                whole.exit_k[kept], whole.exit_j[kept], whole.one_byte, whole.cell, whole.exit_cell[kept],
+                whole.exit_byte[kept], ((whole.cell_counts - cells) > 0).reshape(whole.present.shape),
+                whole.token_cell, whole.first, dropped=dropped, steered=True, whole=whole.whole or whole)
 
 
 def _run_classes(trans: np.ndarray, states: np.ndarray) -> list[tuple[np.ndarray, list[tuple[str, bytes]]]]:
