@@ -7,7 +7,9 @@ engine, one from each tree (the harness is this tree's bench_peers for both); th
 them alternately, base first on even schemas, and each job runs in a forked child of its worker
 with a fresh disk cache, as bench_peers runs its jobs: compile to the first mask, every test
 instance walked for its verdict, up to 3 valid instances walked twice for per-token times. The
-machine's speed drifts between minutes, so the per-schema ratio is the figure to trust.
+machine's speed drifts between minutes, so the per-schema ratio is the figure to trust, and for
+first visits the ratio of the slow first-walk steps paired step by step (the walks are the same in
+both versions). ``--raw`` keeps every record for a closer look.
 """
 
 from __future__ import annotations
