@@ -148,7 +148,8 @@ def vocabulary_trie(vocab: Vocab) -> _Trie:
                     key=vocab.fingerprint)
         for char_class in COMMON_CLASSES:
             run = _run_for(got, char_class)
-            _ = run.outside, run.by_first, run.cell_counts, run.by_cell, run.in_class  # built now: a string state's mask is these less a few
+            # built now: a string state's mask is these less a few
+            _ = run.outside, run.by_first, run.cell_counts, run.by_cell, run.in_class
         _classify_common_rows()
         return TRIES.put(vocab.fingerprint, got)
 
