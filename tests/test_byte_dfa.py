@@ -76,8 +76,6 @@ DECLINED = {
 }
 
 
-
-
 def test_the_spliced_pieces_are_the_rests_of_strings():
     assert same_language(byte_dfa(STRING), outlines_dfa(STRING))
     assert same_language(byte_dfa(NONEMPTY), outlines_dfa(NONEMPTY))

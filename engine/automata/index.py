@@ -552,7 +552,8 @@ class Block:
             ids = run.ids[self.live.reshape(-1)[run.cell]]
             out[ids[ids < width]] = True
             return out
-        return _fitted(np.take(np.append(self.live.reshape(-1), False), run.token_cell[:width]), width)
+        out = np.take(np.append(self.live.reshape(-1), False), run.token_cell[:width])  # fresh
+        return out if len(out) == width else _fitted(out, width)
 
     def _less_dropped(self, out: np.ndarray) -> np.ndarray:
         dropped = self.run.dropped
